@@ -1,0 +1,322 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// VPNGatewaySpec is one client's gateway: its protocol, public endpoint, service CIDR and
+// what it exposes.
+//
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.serviceCIDR) || (has(self.serviceCIDR) && self.serviceCIDR == oldSelf.serviceCIDR)",message="serviceCIDR cannot be changed or removed once set: clients configure it as their remote network"
+// +kubebuilder:validation:XValidation:rule="self.protocol != 'ipsec' || !has(self.wireguard)",message="wireguard settings are not allowed on an ipsec gateway"
+// +kubebuilder:validation:XValidation:rule="self.protocol != 'wireguard' || !has(self.ipsec)",message="ipsec settings are not allowed on a wireguard gateway"
+// +kubebuilder:validation:XValidation:rule="!has(self.exposures) || !has(self.reverseExposures) || self.exposures.all(e, self.reverseExposures.all(r, r.name != e.name))",message="exposure and reverse exposure names must be distinct"
+type VPNGatewaySpec struct {
+	// Protocol of the gateway and all its peers. Immutable: switching protocol is delete and recreate.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="protocol is immutable; delete and recreate the gateway to change it"
+	Protocol Protocol `json:"protocol"`
+
+	// Mode: snat (default) hides the cluster behind the service CIDR; routed is not yet implemented.
+	// +kubebuilder:default=snat
+	// +optional
+	Mode Mode `json:"mode,omitempty"`
+
+	// Endpoint is where the gateway's public address comes from.
+	Endpoint Endpoint `json:"endpoint"`
+
+	// ServiceCIDR is the client's view of us (its "remote network"). When empty the operator
+	// allocates a /24 from its pool. Must lie in 100.64.0.0/10. Cannot change once set.
+	// +kubebuilder:validation:MaxLength=18
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4",message="serviceCIDR must be an IPv4 CIDR such as 100.64.12.0/24"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="serviceCIDR must be a network address (no host bits set)"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr('100.64.0.0/10').containsCIDR(self)",message="serviceCIDR must lie inside 100.64.0.0/10"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || (cidr(self).prefixLength() >= 16 && cidr(self).prefixLength() <= 28)",message="serviceCIDR prefix length must be between /16 and /28"
+	// +optional
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+
+	// Exposures: internal targets a peer reaches through a virtual IP in the service CIDR.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Exposures []Exposure `json:"exposures,omitempty"`
+
+	// ReverseExposures: targets inside one peer's subnets that internal services reach.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	ReverseExposures []ReverseExposure `json:"reverseExposures,omitempty"`
+
+	// IPsec settings (protocol ipsec).
+	// +optional
+	IPsec *IPsecGatewaySettings `json:"ipsec,omitempty"`
+
+	// WireGuard settings (protocol wireguard).
+	// +optional
+	WireGuard *WireGuardGatewaySettings `json:"wireguard,omitempty"`
+}
+
+// Endpoint names exactly one source of the gateway's public address.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.floatingIPPool), has(self.floatingIP), has(self.loadBalancer), has(self.hostNetwork)].filter(x, x).size() == 1",message="exactly one of floatingIPPool, floatingIP, loadBalancer or hostNetwork must be set"
+type Endpoint struct {
+	// FloatingIPPool is an OpenStack external network (ID or name) to allocate a floating IP from.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*$`
+	// +optional
+	FloatingIPPool string `json:"floatingIPPool,omitempty"`
+
+	// FloatingIP is an existing OpenStack floating IP to adopt (the migration path). It is
+	// disassociated but never released when the gateway is deleted.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="floatingIP must be an IPv4 address"
+	// +optional
+	FloatingIP string `json:"floatingIP,omitempty"`
+
+	// LoadBalancer publishes the gateway through a Service of type LoadBalancer.
+	// +optional
+	LoadBalancer *LoadBalancerEndpoint `json:"loadBalancer,omitempty"`
+
+	// HostNetwork runs the gateway pod in a node's network namespace.
+	// +optional
+	HostNetwork *HostNetworkEndpoint `json:"hostNetwork,omitempty"`
+}
+
+// LoadBalancerEndpoint configures the LoadBalancer Service.
+type LoadBalancerEndpoint struct {
+	// LoadBalancerClass passed to the Service.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	LoadBalancerClass string `json:"loadBalancerClass,omitempty"`
+	// Annotations passed to the Service (cloud-specific load balancer settings).
+	// +kubebuilder:validation:MaxProperties=32
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// HostNetworkEndpoint pins the gateway to a node and uses that node's address.
+type HostNetworkEndpoint struct {
+	// NodeName of the node to run on.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	NodeName string `json:"nodeName"`
+	// Address is the public address peers connect to; defaults to the node's address.
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="address must be an IP address"
+	// +optional
+	Address string `json:"address,omitempty"`
+}
+
+// Exposure makes an internal target reachable to peers at a virtual IP.
+type Exposure struct {
+	// Name of the exposure, referenced from peers' authorization blocks.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Target the peer's traffic is forwarded to.
+	Target ExposureTarget `json:"target"`
+	// VirtualIP in the service CIDR that peers connect to; allocated when empty.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="virtualIP must be an IPv4 address"
+	// +optional
+	VirtualIP string `json:"virtualIP,omitempty"`
+}
+
+// ExposureTarget is an address or a Service in the gateway's namespace, and its ports.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.address) != has(self.service)",message="exactly one of address or service must be set"
+type ExposureTarget struct {
+	// Address of the target.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="address must be an IPv4 address"
+	// +optional
+	Address string `json:"address,omitempty"`
+	// Service in the gateway's namespace; the operator resolves its ClusterIP.
+	// +optional
+	Service *ServiceRef `json:"service,omitempty"`
+	// Ports exposed.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(p, self.exists_one(q, q.port == p.port && q.protocol == p.protocol))",message="ports must be unique per protocol"
+	Ports []PortSpec `json:"ports"`
+}
+
+// ServiceRef names a Service in the same namespace.
+type ServiceRef struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+}
+
+// ReverseExposure lets internal services reach a target inside one peer's subnets.
+type ReverseExposure struct {
+	// Name of the reverse exposure, referenced from peers' authorization blocks.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Target inside the granting peer's subnets.
+	Target ReverseExposureTarget `json:"target"`
+	// VirtualIP in the service CIDR that the traffic is source-NATed to; allocated when empty.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="virtualIP must be an IPv4 address"
+	// +optional
+	VirtualIP string `json:"virtualIP,omitempty"`
+}
+
+// ReverseExposureTarget is an address in a peer's subnets and its ports.
+type ReverseExposureTarget struct {
+	// Address of the target, inside the granting peer's subnets.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="address must be an IPv4 address"
+	Address string `json:"address"`
+	// Ports reached.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(p, self.exists_one(q, q.port == p.port && q.protocol == p.protocol))",message="ports must be unique per protocol"
+	Ports []PortSpec `json:"ports"`
+}
+
+// IPsecGatewaySettings are the gateway-wide IKE settings.
+type IPsecGatewaySettings struct {
+	// IKE settings.
+	// +optional
+	IKE IKESettings `json:"ike,omitempty"`
+	// LocalID is our IKE identity; defaults to the public address.
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9@._:=,+/* -]+$`
+	// +optional
+	LocalID string `json:"localID,omitempty"`
+}
+
+// IKESettings are IKE SA parameters.
+type IKESettings struct {
+	// Version of IKE.
+	// +kubebuilder:validation:Enum=1;2
+	// +kubebuilder:default=2
+	// +optional
+	Version int32 `json:"version,omitempty"`
+	// Proposals in strongSwan notation, e.g. aes256gcm16-prfsha256-ecp256.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]+(-[a-z0-9_]+)*$`
+	// +optional
+	Proposals []string `json:"proposals,omitempty"`
+	// DPD is dead peer detection.
+	// +optional
+	DPD *DPDSettings `json:"dpd,omitempty"`
+	// RekeyTime of the IKE SA.
+	// +optional
+	RekeyTime *metav1.Duration `json:"rekeyTime,omitempty"`
+	// ReauthTime of the IKE SA (0 disables reauthentication).
+	// +optional
+	ReauthTime *metav1.Duration `json:"reauthTime,omitempty"`
+}
+
+// DPDSettings configure dead peer detection.
+type DPDSettings struct {
+	// Delay between liveness checks.
+	// +optional
+	Delay *metav1.Duration `json:"delay,omitempty"`
+	// Action when the peer is dead.
+	// +kubebuilder:validation:Enum=restart;clear;trap
+	// +kubebuilder:default=restart
+	// +optional
+	Action string `json:"action,omitempty"`
+}
+
+// WireGuardGatewaySettings are the gateway's WireGuard device settings.
+type WireGuardGatewaySettings struct {
+	// ListenPort of the device.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +kubebuilder:default=51820
+	// +optional
+	ListenPort int32 `json:"listenPort,omitempty"`
+	// PrivateKeySecretRef holds the device's private key; generated when absent.
+	// +optional
+	PrivateKeySecretRef *SecretKeyRef `json:"privateKeySecretRef,omitempty"`
+	// MTU of the device.
+	// +kubebuilder:validation:Minimum=1280
+	// +kubebuilder:validation:Maximum=9000
+	// +optional
+	MTU int32 `json:"mtu,omitempty"`
+}
+
+// VPNGatewayStatus is what the operator observed and assigned.
+type VPNGatewayStatus struct {
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// ServiceCIDR in force (allocated or taken from spec).
+	// +optional
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+	// PublicAddress peers connect to.
+	// +optional
+	PublicAddress string `json:"publicAddress,omitempty"`
+	// Exposures with their assigned virtual IPs.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Exposures []ExposureStatus `json:"exposures,omitempty"`
+	// ReverseExposures with their assigned virtual IPs.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	ReverseExposures []ExposureStatus `json:"reverseExposures,omitempty"`
+	// Peers referencing this gateway.
+	// +optional
+	Peers int32 `json:"peers,omitempty"`
+	// AuthorizedPeers is how many peers hold a valid grant.
+	// +optional
+	AuthorizedPeers int32 `json:"authorizedPeers,omitempty"`
+	// Conditions: Ready and its causes.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ExposureStatus is an exposure's assigned address.
+type ExposureStatus struct {
+	Name      string `json:"name"`
+	VirtualIP string `json:"virtualIP,omitempty"`
+}
+
+// VPNGateway is one client's VPN gateway pod.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label of at most 40 characters (children are named after it)"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.reverseExposures) || self.spec.reverseExposures.all(r, self.metadata.name.size() + r.name.size() <= 62)",message="gateway name plus reverse exposure name must fit a 63-character Service name"
+
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=vpngw,categories=vpn
+// +kubebuilder:printcolumn:name="Protocol",type=string,JSONPath=`.spec.protocol`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Public-Address",type=string,JSONPath=`.status.publicAddress`
+// +kubebuilder:printcolumn:name="Service-CIDR",type=string,JSONPath=`.status.serviceCIDR`
+// +kubebuilder:printcolumn:name="Peers",type=integer,JSONPath=`.status.peers`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type VPNGateway struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   VPNGatewaySpec   `json:"spec"`
+	Status VPNGatewayStatus `json:"status,omitempty"`
+}
+
+// VPNGatewayList is a list of VPNGateways.
+//
+// +kubebuilder:object:root=true
+type VPNGatewayList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []VPNGateway `json:"items"`
+}

@@ -1,0 +1,179 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// VPNPeerSpec is one remote party of a gateway.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.ipsec) != has(self.wireguard)",message="exactly one of ipsec or wireguard must be set"
+type VPNPeerSpec struct {
+	// GatewayRef is the name of the VPNGateway in the same namespace. Immutable.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="gatewayRef is immutable; delete and recreate the peer to move it"
+	GatewayRef string `json:"gatewayRef"`
+
+	// IPsec settings of the peer (gateway protocol ipsec).
+	// +optional
+	IPsec *IPsecPeer `json:"ipsec,omitempty"`
+
+	// WireGuard settings of the peer (gateway protocol wireguard).
+	// +optional
+	WireGuard *WireGuardPeer `json:"wireguard,omitempty"`
+
+	// Authorization names the exposures and reverse exposures this peer may reach. On a gateway
+	// with one peer, leaving it out grants everything; with more peers, leaving it out grants nothing.
+	// +optional
+	Authorization *Authorization `json:"authorization,omitempty"`
+}
+
+// IPsecPeer is the remote IPsec device.
+type IPsecPeer struct {
+	// Peer is the remote device's address and identity.
+	Peer IPsecRemote `json:"peer"`
+	// RemoteSubnets behind the peer (its traffic selectors).
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=18
+	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c) && cidr(c).ip().family() == 4 && cidr(c) == cidr(c).masked())",message="remoteSubnets must be IPv4 network addresses in CIDR notation, e.g. 10.20.0.0/16"
+	// +listType=set
+	RemoteSubnets []string `json:"remoteSubnets"`
+	// ESP (CHILD SA) settings.
+	// +optional
+	ESP ESPSettings `json:"esp,omitempty"`
+	// PSKSecretRef holds the pre-shared key.
+	PSKSecretRef SecretKeyRef `json:"pskSecretRef"`
+}
+
+// IPsecRemote is the remote device's address and IKE identity.
+type IPsecRemote struct {
+	// Address of the remote device: an IP, a DNS name, or %any for a peer behind dynamic addresses.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == '%any' || isIP(self) || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="address must be an IP address, a DNS name or %any"
+	Address string `json:"address"`
+	// ID is the remote IKE identity (FQDN, IP, user@fqdn or a DN); defaults to the address.
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9@._:=,+/* -]+$`
+	// +optional
+	ID string `json:"id,omitempty"`
+}
+
+// ESPSettings are CHILD SA parameters.
+type ESPSettings struct {
+	// Proposals in strongSwan notation, e.g. aes256gcm16-prfsha256-ecp256.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]+(-[a-z0-9_]+)*$`
+	// +optional
+	Proposals []string `json:"proposals,omitempty"`
+	// RekeyTime of the CHILD SA.
+	// +optional
+	RekeyTime *metav1.Duration `json:"rekeyTime,omitempty"`
+}
+
+// WireGuardPeer is the remote WireGuard device.
+type WireGuardPeer struct {
+	// PublicKey of the peer, base64.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$`
+	PublicKey string `json:"publicKey"`
+	// Endpoint host:port of the peer, when it has a fixed address.
+	// +kubebuilder:validation:MaxLength=261
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9.-]+:[0-9]{1,5}$`
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// Subnets behind the peer (its allowed IPs).
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=18
+	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c) && cidr(c).ip().family() == 4 && cidr(c) == cidr(c).masked())",message="subnets must be IPv4 network addresses in CIDR notation, e.g. 10.20.0.0/16"
+	// +listType=set
+	Subnets []string `json:"subnets"`
+	// PresharedKeySecretRef holds an optional preshared key.
+	// +optional
+	PresharedKeySecretRef *SecretKeyRef `json:"presharedKeySecretRef,omitempty"`
+	// PersistentKeepalive interval in seconds (0 disables).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	PersistentKeepalive *int32 `json:"persistentKeepalive,omitempty"`
+}
+
+// Authorization is what one peer may reach. Names must exist on the gateway.
+type Authorization struct {
+	// Exposures (by name) the peer may reach.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +optional
+	Exposures []string `json:"exposures,omitempty"`
+	// ReverseExposures (by name) that internal services may use to reach into this peer.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +optional
+	ReverseExposures []string `json:"reverseExposures,omitempty"`
+}
+
+// VPNPeerStatus is the peer's authorization (from the operator) and tunnel (from the agent).
+type VPNPeerStatus struct {
+	// ObservedGeneration is the spec generation the Authorized condition describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Authorized (operator) and Connected (gateway agent).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Tunnel counters and times, from the gateway agent.
+	// +optional
+	Tunnel *TunnelStatus `json:"tunnel,omitempty"`
+}
+
+// TunnelStatus is the live state of a peer's tunnel.
+type TunnelStatus struct {
+	// EstablishedAt is when the current SA or session came up.
+	// +optional
+	EstablishedAt *metav1.Time `json:"establishedAt,omitempty"`
+	// LastHandshake (WireGuard).
+	// +optional
+	LastHandshake *metav1.Time `json:"lastHandshake,omitempty"`
+	// +optional
+	BytesIn int64 `json:"bytesIn,omitempty"`
+	// +optional
+	BytesOut int64 `json:"bytesOut,omitempty"`
+	// +optional
+	PacketsIn int64 `json:"packetsIn,omitempty"`
+	// +optional
+	PacketsOut int64 `json:"packetsOut,omitempty"`
+}
+
+// VPNPeer is one remote party of a VPNGateway.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=vpnpeer,categories=vpn
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name must be at most 63 characters"
+// +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.spec.gatewayRef`
+// +kubebuilder:printcolumn:name="Authorized",type=string,JSONPath=`.status.conditions[?(@.type=="Authorized")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Authorized")].reason`
+// +kubebuilder:printcolumn:name="Connected",type=string,JSONPath=`.status.conditions[?(@.type=="Connected")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type VPNPeer struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   VPNPeerSpec   `json:"spec"`
+	Status VPNPeerStatus `json:"status,omitempty"`
+}
+
+// VPNPeerList is a list of VPNPeers.
+//
+// +kubebuilder:object:root=true
+type VPNPeerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []VPNPeer `json:"items"`
+}

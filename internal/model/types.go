@@ -1,0 +1,246 @@
+// Package model turns a VPNGateway, its VPNPeers and the operator's configuration into one
+// validated, protocol-neutral model of a gateway: addresses, exposures, peers and exactly who
+// may reach what. It is pure (no I/O) and is the only place that decides validity and
+// authorization; reconcilers, renderers and the gateway agent all consume its output.
+package model
+
+import (
+	"net/netip"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Config is the part of the operator's configuration the model depends on.
+type Config struct {
+	// PoolCIDR is where service CIDRs are allocated from (inside 100.64.0.0/10).
+	PoolCIDR netip.Prefix
+	// InternalSourceCIDRs may initiate toward reverse exposures (pod CIDR, ClusterLink ranges).
+	InternalSourceCIDRs []netip.Prefix
+}
+
+// CGNATRange is the only range service CIDRs and the pool may come from.
+var CGNATRange = netip.MustParsePrefix("100.64.0.0/10")
+
+// DefaultPoolCIDR is the operator's default service-CIDR pool.
+var DefaultPoolCIDR = netip.MustParsePrefix("100.64.0.0/16")
+
+// Protocol and Mode mirror the API's values.
+type Protocol string
+type Mode string
+
+const (
+	ProtocolIPsec     Protocol = "ipsec"
+	ProtocolWireGuard Protocol = "wireguard"
+	ModeSNAT          Mode     = "snat"
+	ModeRouted        Mode     = "routed"
+)
+
+// EndpointKind is where the public address comes from.
+type EndpointKind string
+
+const (
+	EndpointFloatingIPPool EndpointKind = "floatingIPPool"
+	EndpointFloatingIP     EndpointKind = "floatingIP"
+	EndpointLoadBalancer   EndpointKind = "loadBalancer"
+	EndpointHostNetwork    EndpointKind = "hostNetwork"
+)
+
+// Endpoint is the validated public endpoint.
+type Endpoint struct {
+	Kind EndpointKind `json:"kind"`
+	// FloatingIPPool: external network; FloatingIP: the pinned address.
+	FloatingIPPool string     `json:"floatingIPPool,omitempty"`
+	FloatingIP     netip.Addr `json:"floatingIP,omitzero"`
+	// LoadBalancer settings.
+	LoadBalancerClass string            `json:"loadBalancerClass,omitempty"`
+	Annotations       map[string]string `json:"annotations,omitempty"`
+	// HostNetwork settings.
+	NodeName    string     `json:"nodeName,omitempty"`
+	HostAddress netip.Addr `json:"hostAddress,omitzero"`
+}
+
+// Gateway is one validated gateway with its peers.
+type Gateway struct {
+	Namespace  string    `json:"namespace"`
+	Name       string    `json:"name"`
+	UID        types.UID `json:"uid"`
+	Generation int64     `json:"generation"`
+	Protocol   Protocol  `json:"protocol"`
+	Mode       Mode      `json:"mode"`
+	Endpoint   Endpoint  `json:"endpoint"`
+	// PublicAddress peers connect to (empty until the endpoint has one).
+	PublicAddress string `json:"publicAddress,omitempty"`
+
+	// ServiceCIDR is the client's view of us (IPsec local_ts in snat mode).
+	ServiceCIDR netip.Prefix `json:"serviceCIDR"`
+	// LocalAddress is the gateway's own address in the service CIDR (first host address):
+	// the WireGuard device address, never handed out as a virtual IP.
+	LocalAddress netip.Addr `json:"localAddress"`
+
+	Exposures        []Exposure        `json:"exposures,omitempty"`
+	ReverseExposures []ReverseExposure `json:"reverseExposures,omitempty"`
+
+	// InternalSourceCIDRs may initiate toward reverse exposures.
+	InternalSourceCIDRs []netip.Prefix `json:"internalSourceCIDRs,omitempty"`
+
+	IPsec     *IPsecGateway     `json:"ipsec,omitempty"`
+	WireGuard *WireGuardGateway `json:"wireguard,omitempty"`
+
+	// Peers sorted by name; every peer referencing the gateway, dark or not.
+	Peers []Peer `json:"peers,omitempty"`
+
+	// Problems found that did not stop the build (a grant that could not be honoured, reverse
+	// exposures without internal sources). Each names the objects involved.
+	Problems []Problem `json:"problems,omitempty"`
+}
+
+// Port is one exposed port.
+type Port struct {
+	Protocol   string `json:"protocol"` // "tcp" or "udp"
+	Port       uint16 `json:"port"`
+	TargetPort uint16 `json:"targetPort"`
+}
+
+// Exposure: peers reach Target through VirtualIP.
+type Exposure struct {
+	Name      string     `json:"name"`
+	VirtualIP netip.Addr `json:"virtualIP"`
+	// Target is the resolved address (a Service's ClusterIP when TargetService is set).
+	Target        netip.Addr `json:"target"`
+	TargetService string     `json:"targetService,omitempty"`
+	Ports         []Port     `json:"ports"`
+	// GrantedTo are the peers (by name, sorted) allowed to reach it.
+	GrantedTo []string `json:"grantedTo,omitempty"`
+}
+
+// ReverseExposure: internal sources reach Target (inside Grantee's subnets), source-NATed to VirtualIP.
+type ReverseExposure struct {
+	Name      string     `json:"name"`
+	VirtualIP netip.Addr `json:"virtualIP"`
+	Target    netip.Addr `json:"target"`
+	Ports     []Port     `json:"ports"`
+	// Grantee is the single peer the reverse exposure reaches into; empty when nobody holds a
+	// valid grant (then nothing is rendered for it).
+	Grantee string `json:"grantee,omitempty"`
+}
+
+// IPsecGateway holds gateway-wide IKE settings with defaults applied.
+type IPsecGateway struct {
+	IKEVersion   int32         `json:"ikeVersion"`
+	IKEProposals []string      `json:"ikeProposals"`
+	LocalID      string        `json:"localID,omitempty"`
+	DPDDelay     time.Duration `json:"dpdDelay"`
+	DPDAction    string        `json:"dpdAction"`
+	RekeyTime    time.Duration `json:"rekeyTime"`
+	ReauthTime   time.Duration `json:"reauthTime"`
+}
+
+// WireGuardGateway holds device settings with defaults applied.
+type WireGuardGateway struct {
+	ListenPort uint16 `json:"listenPort"`
+	MTU        int32  `json:"mtu"`
+	// PrivateKey is where the device key lives (never the key itself).
+	PrivateKey SecretKeyRef `json:"privateKey"`
+}
+
+// SecretKeyRef points at secret data; the model never holds secret values.
+type SecretKeyRef struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+}
+
+// Peer is one remote party with its authorization decision.
+type Peer struct {
+	Name       string    `json:"name"`
+	UID        types.UID `json:"uid"`
+	Generation int64     `json:"generation"`
+	// SourceCIDRs are the peer's subnets (IPsec remote_ts / WireGuard allowed IPs).
+	SourceCIDRs []netip.Prefix `json:"sourceCIDRs"`
+	// Authorization is the decision; when not Authorized the peer is dark and the grant lists are empty.
+	Authorization Decision `json:"authorization"`
+	// Exposures and ReverseExposures granted, by name, sorted (all of them under DefaultAllow).
+	Exposures        []string `json:"exposures,omitempty"`
+	ReverseExposures []string `json:"reverseExposures,omitempty"`
+
+	IPsec     *IPsecPeer     `json:"ipsec,omitempty"`
+	WireGuard *WireGuardPeer `json:"wireguard,omitempty"`
+}
+
+// IPsecPeer is the remote IPsec device, defaults applied.
+type IPsecPeer struct {
+	RemoteAddress string        `json:"remoteAddress"`
+	RemoteID      string        `json:"remoteID"`
+	ESPProposals  []string      `json:"espProposals"`
+	RekeyTime     time.Duration `json:"rekeyTime"`
+	PSK           SecretKeyRef  `json:"psk"`
+}
+
+// WireGuardPeer is the remote WireGuard device.
+type WireGuardPeer struct {
+	PublicKey           string        `json:"publicKey"`
+	Endpoint            string        `json:"endpoint,omitempty"`
+	PresharedKey        *SecretKeyRef `json:"presharedKey,omitempty"`
+	PersistentKeepalive uint16        `json:"persistentKeepalive,omitempty"`
+}
+
+// Decision is a peer's Authorized condition: Authorized true/false with reason and message.
+type Decision struct {
+	Authorized bool   `json:"authorized"`
+	Reason     string `json:"reason"`
+	Message    string `json:"message"`
+}
+
+// Reasons of the Authorized condition.
+const (
+	ReasonDefaultAllow     = "DefaultAllow"
+	ReasonAuthorized       = "Authorized"
+	ReasonNoGrants         = "NoGrants"
+	ReasonUnknownGrant     = "UnknownGrant"
+	ReasonProtocolMismatch = "ProtocolMismatch"
+	ReasonGatewayNotFound  = "GatewayNotFound"
+	// ReasonReverseExposureOutsideSubnets: the peer is granted a reverse exposure whose target
+	// is not inside its own subnets (reverse exposures are single-grantee).
+	ReasonReverseExposureOutsideSubnets = "ReverseExposureOutsideSubnets"
+	// ReasonSubnetConflict: the peer's subnets overlap an older peer's on the same gateway.
+	ReasonSubnetConflict = "SubnetConflict"
+)
+
+// The exact messages of DESIGN.md for the NoGrants outcomes.
+const (
+	MessageNoBlockMultiPeer = "multi-peer gateway (default-deny) and this peer has no authorization block"
+	MessageEmptyBlock       = "authorization block is present but grants nothing"
+)
+
+// Problem is a gateway-level finding that did not stop the build.
+type Problem struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// Gateway problem reasons.
+const (
+	ReasonReverseExposureConflict = "ReverseExposureConflict"
+	ReasonNoInternalSources       = "NoInternalSourceCIDRs"
+	ReasonSubnetOverlap           = "PeerSubnetOverlap"
+)
+
+// Error is why a gateway cannot be built at all: a field and a condition reason.
+type Error struct {
+	Reason string `json:"reason"`
+	Field  string `json:"field"`
+	Detail string `json:"detail"`
+}
+
+func (e Error) Error() string { return e.Field + ": " + e.Detail }
+
+// Reasons of gateway build errors (the ConfigValid condition).
+const (
+	ReasonInvalidSpec            = "InvalidSpec"
+	ReasonModeNotImplemented     = "ModeNotImplemented"
+	ReasonVirtualIPOutsideCIDR   = "VirtualIPOutsideServiceCIDR"
+	ReasonVirtualIPConflict      = "VirtualIPConflict"
+	ReasonServiceCIDRExhausted   = "ServiceCIDRExhausted"
+	ReasonTargetServiceNotFound  = "TargetServiceNotFound"
+	ReasonTargetServiceNoAddress = "TargetServiceHasNoClusterIP"
+)
