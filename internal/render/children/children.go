@@ -1,0 +1,339 @@
+// Package children renders a validated gateway model into the gateway's Kubernetes children
+// (ServiceAccount, Role, RoleBinding, ConfigMap, Deployment, NetworkPolicy) as client-go apply
+// configurations, for server-side apply by the reconciler.
+//
+// Everything here is pure: no I/O, no clocks, no randomness. The same model and options always
+// render byte-identical objects, so an unchanged gateway never produces a diff.
+//
+// Secrets: the model only holds references to secret data (name and key), and so does
+// everything rendered here. The gateway agent reads secret values itself, through a Role that
+// names exactly the Secrets the gateway's peers reference.
+package children
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+)
+
+// Label keys put on every child and on the gateway pod.
+const (
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelGateway   = "vpn.bnerd.net/gateway"
+
+	// AppName is the value of LabelName.
+	AppName = "vpn-gateway"
+	// ManagedBy is the value of LabelManagedBy.
+	ManagedBy = "bnerd-vpn-operator"
+)
+
+// ConfigMap layout and where the gateway pod sees it.
+const (
+	// ModelKey is the ConfigMap data key holding the model as indented JSON.
+	ModelKey = "model.json"
+	// ConfigDir is where the ConfigMap is mounted (read-only) in the agent containers.
+	ConfigDir = "/etc/vpn-gateway"
+	// ModelPath is the model file inside the pod.
+	ModelPath = ConfigDir + "/" + ModelKey
+	// StrongSwanRunDir is the emptyDir shared by charon and the agent (the VICI socket).
+	StrongSwanRunDir = "/run/strongswan"
+	// TunDevice is the TUN device a userspace dataplane needs.
+	TunDevice = "/dev/net/tun"
+	// AgentCommand is the gateway agent binary in AgentImage.
+	AgentCommand = "/gateway-agent"
+)
+
+// Container, volume and port names in the gateway pod.
+const (
+	ContainerAgentInit = "agent-init"
+	ContainerAgent     = "agent"
+	ContainerCharon    = "charon"
+
+	VolumeConfig        = "config"
+	VolumeStrongSwanRun = "strongswan-run"
+	VolumeTun           = "dev-net-tun"
+
+	PortMetrics   = "metrics"
+	PortIKE       = "ike"
+	PortNATT      = "ike-natt"
+	PortWireGuard = "wireguard"
+)
+
+// IPsec's fixed UDP ports (IKE and NAT traversal / UDP-encapsulated ESP).
+const (
+	IKEPort  int32 = 500
+	NATTPort int32 = 4500
+)
+
+// DefaultMetricsPort is used when Options.MetricsPort is zero.
+const DefaultMetricsPort int32 = 9090
+
+// Options are the operator-wide settings that shape every gateway's children.
+type Options struct {
+	// AgentImage runs the gateway agent (init step and sidecar). Required.
+	AgentImage string
+	// StrongSwanImage runs charon. Required for IPsec gateways, unused for WireGuard.
+	StrongSwanImage string
+	// ImagePullPolicy for every container; empty leaves the Kubernetes default.
+	ImagePullPolicy corev1.PullPolicy
+	// UserspaceDataplane mounts /dev/net/tun (hostPath, CharDevice) into the container that
+	// runs the dataplane: charon for IPsec (kernel-libipsec plugin, userspace ESP), the agent
+	// for WireGuard (embedded wireguard-go). Needed wherever the kernel lacks ESP or the
+	// WireGuard module.
+	UserspaceDataplane bool
+	// MetricsPort the agent serves /metrics, /healthz and /readyz on (TCP); 0 means 9090.
+	MetricsPort int32
+	// OperatorNamespace is where the operator runs. Not rendered into anything yet: the
+	// metrics rule of the NetworkPolicy already admits the whole cluster.
+	OperatorNamespace string
+}
+
+// Children are a gateway's rendered Kubernetes objects. All of them are always set.
+type Children struct {
+	ServiceAccount *corev1ac.ServiceAccountApplyConfiguration
+	Role           *rbacv1ac.RoleApplyConfiguration
+	RoleBinding    *rbacv1ac.RoleBindingApplyConfiguration
+	ConfigMap      *corev1ac.ConfigMapApplyConfiguration
+	Deployment     *appsv1ac.DeploymentApplyConfiguration
+	NetworkPolicy  *networkingv1ac.NetworkPolicyApplyConfiguration
+}
+
+// Objects returns the children in a fixed apply order: identity and permissions first, then
+// the configuration, then the workload that consumes them, then its network policy.
+func (c *Children) Objects() []runtime.ApplyConfiguration {
+	return []runtime.ApplyConfiguration{
+		c.ServiceAccount, c.Role, c.RoleBinding, c.ConfigMap, c.Deployment, c.NetworkPolicy,
+	}
+}
+
+// Name is the name of every child of the gateway except the ConfigMap:
+// the ServiceAccount, Role, RoleBinding, Deployment and NetworkPolicy.
+func Name(gateway string) string { return gateway + "-gateway" }
+
+// ConfigMapName is the name of the gateway's ConfigMap.
+func ConfigMapName(gateway string) string { return gateway + "-gateway-config" }
+
+// Labels are put on every child and on the gateway pod.
+func Labels(gateway string) map[string]string {
+	return map[string]string{
+		LabelName:      AppName,
+		LabelInstance:  gateway,
+		LabelManagedBy: ManagedBy,
+		LabelGateway:   gateway,
+	}
+}
+
+// SelectorLabels select the gateway's pod (Deployment selector, NetworkPolicy podSelector).
+func SelectorLabels(gateway string) map[string]string {
+	return map[string]string{
+		LabelInstance: gateway,
+		LabelGateway:  gateway,
+	}
+}
+
+// Render turns a validated gateway into its children. owner is the controller reference to
+// the gateway's custom resource and is set on every child. Invalid input is an error, never a
+// panic and never a partial result.
+func Render(gw *model.Gateway, owner metav1.OwnerReference, opts Options) (*Children, error) {
+	if err := validate(gw, owner, &opts); err != nil {
+		return nil, err
+	}
+	cm, err := renderConfigMap(gw, owner)
+	if err != nil {
+		return nil, err
+	}
+	return &Children{
+		ServiceAccount: renderServiceAccount(gw, owner),
+		Role:           renderRole(gw, owner),
+		RoleBinding:    renderRoleBinding(gw, owner),
+		ConfigMap:      cm,
+		Deployment:     renderDeployment(gw, owner, opts),
+		NetworkPolicy:  renderNetworkPolicy(gw, owner, opts),
+	}, nil
+}
+
+// validate checks everything Render relies on and fills in option defaults.
+func validate(gw *model.Gateway, owner metav1.OwnerReference, opts *Options) error {
+	if gw == nil {
+		return errors.New("render children: gateway model is nil")
+	}
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	switch {
+	case gw.Name == "":
+		bad("gateway name is empty")
+	default:
+		// The gateway name is a label value and part of every child's name.
+		for _, msg := range validation.IsValidLabelValue(gw.Name) {
+			bad("gateway name %q is not a valid label value: %s", gw.Name, msg)
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(ConfigMapName(gw.Name)) {
+			bad("child name %q is invalid: %s", ConfigMapName(gw.Name), msg)
+		}
+	}
+	if gw.Namespace == "" {
+		bad("gateway namespace is empty")
+	} else {
+		for _, msg := range validation.IsDNS1123Label(gw.Namespace) {
+			bad("gateway namespace %q is invalid: %s", gw.Namespace, msg)
+		}
+	}
+
+	switch gw.Protocol {
+	case model.ProtocolIPsec:
+		if gw.IPsec == nil {
+			bad("ipsec gateway has no ipsec settings")
+		}
+		if gw.WireGuard != nil {
+			bad("ipsec gateway has wireguard settings")
+		}
+		if opts.StrongSwanImage == "" {
+			bad("options: strongSwan image is required for ipsec gateways")
+		}
+	case model.ProtocolWireGuard:
+		if gw.WireGuard == nil {
+			bad("wireguard gateway has no wireguard settings")
+		} else {
+			if gw.WireGuard.ListenPort == 0 {
+				bad("wireguard listen port is 0")
+			}
+			if gw.WireGuard.PrivateKey.Name == "" || gw.WireGuard.PrivateKey.Key == "" {
+				bad("wireguard private key secret reference is incomplete")
+			}
+		}
+		if gw.IPsec != nil {
+			bad("wireguard gateway has ipsec settings")
+		}
+	default:
+		bad("unknown protocol %q", gw.Protocol)
+	}
+
+	if gw.Endpoint.Kind == model.EndpointHostNetwork && gw.Endpoint.NodeName == "" {
+		bad("hostNetwork endpoint has no node name")
+	}
+	for i, p := range gw.InternalSourceCIDRs {
+		if !p.IsValid() {
+			bad("internalSourceCIDRs[%d] is invalid", i)
+		}
+	}
+
+	seen := map[string]bool{}
+	for i, p := range gw.Peers {
+		if p.Name == "" {
+			bad("peers[%d] has no name", i)
+			continue
+		}
+		if seen[p.Name] {
+			bad("peer %q appears twice", p.Name)
+		}
+		seen[p.Name] = true
+		switch gw.Protocol {
+		case model.ProtocolIPsec:
+			if p.IPsec == nil {
+				bad("peer %q of an ipsec gateway has no ipsec settings", p.Name)
+			} else if p.IPsec.PSK.Name == "" || p.IPsec.PSK.Key == "" {
+				bad("peer %q: psk secret reference is incomplete", p.Name)
+			}
+		case model.ProtocolWireGuard:
+			if p.WireGuard == nil {
+				bad("peer %q of a wireguard gateway has no wireguard settings", p.Name)
+			} else if k := p.WireGuard.PresharedKey; k != nil && (k.Name == "" || k.Key == "") {
+				bad("peer %q: preshared key secret reference is incomplete", p.Name)
+			}
+		}
+	}
+
+	if owner.APIVersion == "" || owner.Kind == "" || owner.Name == "" || owner.UID == "" {
+		bad("owner reference needs apiVersion, kind, name and uid")
+	}
+	if owner.Controller == nil || !*owner.Controller {
+		bad("owner reference must be a controller reference")
+	}
+
+	if opts.AgentImage == "" {
+		bad("options: agent image is required")
+	}
+	switch opts.ImagePullPolicy {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		bad("options: unknown image pull policy %q", opts.ImagePullPolicy)
+	}
+	if opts.MetricsPort == 0 {
+		opts.MetricsPort = DefaultMetricsPort
+	}
+	if opts.MetricsPort < 1 || opts.MetricsPort > 65535 {
+		bad("options: metrics port %d out of range", opts.MetricsPort)
+	}
+	if opts.OperatorNamespace != "" {
+		for _, msg := range validation.IsDNS1123Label(opts.OperatorNamespace) {
+			bad("options: operator namespace %q is invalid: %s", opts.OperatorNamespace, msg)
+		}
+	}
+
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return fmt.Errorf("render children of gateway %s/%s: %s", nsOf(gw), gw.Name, strings.Join(msgs, "; "))
+}
+
+func nsOf(gw *model.Gateway) string {
+	if gw.Namespace == "" {
+		return "<no namespace>"
+	}
+	return gw.Namespace
+}
+
+func ownerRef(o metav1.OwnerReference) *metav1ac.OwnerReferenceApplyConfiguration {
+	ref := metav1ac.OwnerReference().
+		WithAPIVersion(o.APIVersion).
+		WithKind(o.Kind).
+		WithName(o.Name).
+		WithUID(o.UID)
+	if o.Controller != nil {
+		ref.WithController(*o.Controller)
+	}
+	if o.BlockOwnerDeletion != nil {
+		ref.WithBlockOwnerDeletion(*o.BlockOwnerDeletion)
+	}
+	return ref
+}
+
+func renderServiceAccount(gw *model.Gateway, owner metav1.OwnerReference) *corev1ac.ServiceAccountApplyConfiguration {
+	return corev1ac.ServiceAccount(Name(gw.Name), gw.Namespace).
+		WithLabels(Labels(gw.Name)).
+		WithOwnerReferences(ownerRef(owner)).
+		// The agent talks to the API server (its ConfigMap, Secrets, peers' status, events).
+		WithAutomountServiceAccountToken(true)
+}
+
+func renderConfigMap(gw *model.Gateway, owner metav1.OwnerReference) (*corev1ac.ConfigMapApplyConfiguration, error) {
+	// The model holds secret references only (model.SecretKeyRef), never secret data.
+	doc, err := json.MarshalIndent(gw, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("render children of gateway %s/%s: marshal model: %w", gw.Namespace, gw.Name, err)
+	}
+	return corev1ac.ConfigMap(ConfigMapName(gw.Name), gw.Namespace).
+		WithLabels(Labels(gw.Name)).
+		WithOwnerReferences(ownerRef(owner)).
+		WithData(map[string]string{ModelKey: string(doc) + "\n"}), nil
+}

@@ -1,0 +1,219 @@
+package children
+
+import (
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+)
+
+// Capabilities: every container drops ALL and adds back only these.
+const (
+	capNetAdmin       corev1.Capability = "NET_ADMIN"
+	capNetBindService corev1.Capability = "NET_BIND_SERVICE"
+	capNetRaw         corev1.Capability = "NET_RAW"
+)
+
+// terminationGracePeriod is short: charon and the agent shut down in well under a second and
+// a Recreate rollout should not keep the tunnel down longer than necessary.
+const terminationGracePeriod int64 = 10
+
+// ContainerCapabilities returns the capabilities a container of the gateway's pod adds after
+// dropping ALL, by container name (nil for a container the pod does not have).
+//   - agent-init installs the nftables ruleset: NET_ADMIN.
+//   - charon (IPsec only) binds UDP 500/4500, installs SAs/routes and uses raw sockets:
+//     NET_ADMIN, NET_BIND_SERVICE, NET_RAW.
+//   - agent applies nftables changes and drives WireGuard: NET_ADMIN; for WireGuard with a
+//     listen port below 1024 also NET_BIND_SERVICE (the userspace device binds it itself).
+func ContainerCapabilities(gw *model.Gateway, container string) []corev1.Capability {
+	switch container {
+	case ContainerAgentInit:
+		return []corev1.Capability{capNetAdmin}
+	case ContainerCharon:
+		if gw.Protocol != model.ProtocolIPsec {
+			return nil
+		}
+		return []corev1.Capability{capNetAdmin, capNetBindService, capNetRaw}
+	case ContainerAgent:
+		if gw.Protocol == model.ProtocolWireGuard && gw.WireGuard != nil && gw.WireGuard.ListenPort < 1024 {
+			return []corev1.Capability{capNetAdmin, capNetBindService}
+		}
+		return []corev1.Capability{capNetAdmin}
+	}
+	return nil
+}
+
+// securityContext is the same hardening for every container: no privilege, no escalation,
+// a read-only root filesystem, the runtime's default seccomp profile, and only the listed
+// capabilities on top of nothing.
+func securityContext(caps []corev1.Capability) *corev1ac.SecurityContextApplyConfiguration {
+	return corev1ac.SecurityContext().
+		WithPrivileged(false).
+		WithAllowPrivilegeEscalation(false).
+		WithReadOnlyRootFilesystem(true).
+		WithCapabilities(corev1ac.Capabilities().
+			WithDrop("ALL").
+			WithAdd(caps...)).
+		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))
+}
+
+func resources() *corev1ac.ResourceRequirementsApplyConfiguration {
+	return corev1ac.ResourceRequirements().
+		WithRequests(corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("50m"),
+			corev1.ResourceMemory: resource.MustParse("64Mi"),
+		}).
+		WithLimits(corev1.ResourceList{
+			corev1.ResourceMemory: resource.MustParse("256Mi"),
+		})
+}
+
+// container sets what every container of the gateway pod shares.
+func container(gw *model.Gateway, name, image string, opts Options) *corev1ac.ContainerApplyConfiguration {
+	c := corev1ac.Container().
+		WithName(name).
+		WithImage(image).
+		WithSecurityContext(securityContext(ContainerCapabilities(gw, name))).
+		WithResources(resources()).
+		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError)
+	if opts.ImagePullPolicy != "" {
+		c.WithImagePullPolicy(opts.ImagePullPolicy)
+	}
+	return c
+}
+
+func configMount() *corev1ac.VolumeMountApplyConfiguration {
+	return corev1ac.VolumeMount().WithName(VolumeConfig).WithMountPath(ConfigDir).WithReadOnly(true)
+}
+
+func strongSwanRunMount() *corev1ac.VolumeMountApplyConfiguration {
+	return corev1ac.VolumeMount().WithName(VolumeStrongSwanRun).WithMountPath(StrongSwanRunDir)
+}
+
+func tunMount() *corev1ac.VolumeMountApplyConfiguration {
+	return corev1ac.VolumeMount().WithName(VolumeTun).WithMountPath(TunDevice)
+}
+
+func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Options) *appsv1ac.DeploymentApplyConfiguration {
+	ipsec := gw.Protocol == model.ProtocolIPsec
+	hostNetwork := gw.Endpoint.Kind == model.EndpointHostNetwork
+
+	// Init: install the nftables ruleset before any tunnel can come up (fail-closed).
+	initC := container(gw, ContainerAgentInit, opts.AgentImage, opts).
+		WithCommand(AgentCommand).
+		WithArgs("init", "--config", ModelPath).
+		WithVolumeMounts(configMount())
+
+	// Agent sidecar: converges charon (over VICI) or the WireGuard device, reports status and
+	// serves metrics. It reads its configuration and secrets through the API (see the Role).
+	agent := container(gw, ContainerAgent, opts.AgentImage, opts).
+		WithCommand(AgentCommand).
+		WithArgs("run", "--gateway", gw.Name, "--namespace", gw.Namespace).
+		WithEnv(
+			corev1ac.EnvVar().WithName("POD_NAMESPACE").WithValueFrom(corev1ac.EnvVarSource().
+				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.namespace"))),
+			corev1ac.EnvVar().WithName("METRICS_PORT").WithValue(strconv.Itoa(int(opts.MetricsPort))),
+		).
+		WithPorts(corev1ac.ContainerPort().
+			WithName(PortMetrics).
+			WithContainerPort(opts.MetricsPort).
+			WithProtocol(corev1.ProtocolTCP)).
+		WithLivenessProbe(corev1ac.Probe().WithHTTPGet(corev1ac.HTTPGetAction().
+			WithPath("/healthz").
+			WithPort(intstr.FromString(PortMetrics)))).
+		WithReadinessProbe(corev1ac.Probe().WithHTTPGet(corev1ac.HTTPGetAction().
+			WithPath("/readyz").
+			WithPort(intstr.FromString(PortMetrics)))).
+		WithVolumeMounts(configMount())
+
+	volumes := []*corev1ac.VolumeApplyConfiguration{
+		corev1ac.Volume().WithName(VolumeConfig).WithConfigMap(corev1ac.ConfigMapVolumeSource().
+			WithName(ConfigMapName(gw.Name)).
+			WithDefaultMode(0o444)),
+	}
+	containers := []*corev1ac.ContainerApplyConfiguration{}
+
+	if ipsec {
+		// charon shares the VICI socket directory with the agent.
+		charon := container(gw, ContainerCharon, opts.StrongSwanImage, opts).
+			WithPorts(
+				corev1ac.ContainerPort().WithName(PortIKE).WithContainerPort(IKEPort).WithProtocol(corev1.ProtocolUDP),
+				corev1ac.ContainerPort().WithName(PortNATT).WithContainerPort(NATTPort).WithProtocol(corev1.ProtocolUDP),
+			).
+			WithVolumeMounts(strongSwanRunMount())
+		if opts.UserspaceDataplane {
+			// kernel-libipsec: userspace ESP over a TUN device.
+			charon.WithVolumeMounts(tunMount())
+		}
+		agent.WithVolumeMounts(strongSwanRunMount())
+		containers = append(containers, charon)
+		volumes = append(volumes, corev1ac.Volume().WithName(VolumeStrongSwanRun).
+			WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
+	} else {
+		// WireGuard: the agent runs the device (kernel via netlink, or embedded wireguard-go).
+		agent.WithPorts(corev1ac.ContainerPort().
+			WithName(PortWireGuard).
+			WithContainerPort(int32(gw.WireGuard.ListenPort)).
+			WithProtocol(corev1.ProtocolUDP))
+		if opts.UserspaceDataplane {
+			agent.WithVolumeMounts(tunMount())
+		}
+	}
+	containers = append(containers, agent)
+
+	if opts.UserspaceDataplane {
+		volumes = append(volumes, corev1ac.Volume().WithName(VolumeTun).
+			WithHostPath(corev1ac.HostPathVolumeSource().
+				WithPath(TunDevice).
+				WithType(corev1.HostPathCharDev)))
+	}
+
+	podSecurity := corev1ac.PodSecurityContext().
+		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))
+
+	podSpec := corev1ac.PodSpec().
+		WithServiceAccountName(Name(gw.Name)).
+		WithTerminationGracePeriodSeconds(terminationGracePeriod).
+		WithInitContainers(initC).
+		WithContainers(containers...).
+		WithVolumes(volumes...)
+
+	if hostNetwork {
+		// The gateway answers on the node's own address: run in the host's network namespace
+		// on exactly that node. Pod sysctls are not allowed with hostNetwork; forwarding on the
+		// node is the node's configuration.
+		podSpec.
+			WithHostNetwork(true).
+			WithDNSPolicy(corev1.DNSClusterFirstWithHostNet).
+			WithNodeName(gw.Endpoint.NodeName)
+	} else {
+		// The gateway forwards between the tunnel and the cluster inside its own network
+		// namespace. net.ipv4.ip_forward is an "unsafe" sysctl for the kubelet: every node that
+		// may run gateways must allow it (kubelet --allowed-unsafe-sysctls=net.ipv4.ip_forward,
+		// or allowedUnsafeSysctls in the KubeletConfiguration), or the pod is rejected with
+		// SysctlForbidden.
+		podSecurity.WithSysctls(corev1ac.Sysctl().WithName("net.ipv4.ip_forward").WithValue("1"))
+	}
+	podSpec.WithSecurityContext(podSecurity)
+
+	return appsv1ac.Deployment(Name(gw.Name), gw.Namespace).
+		WithLabels(Labels(gw.Name)).
+		WithOwnerReferences(ownerRef(owner)).
+		WithSpec(appsv1ac.DeploymentSpec().
+			WithReplicas(1).
+			// Never two gateway pods at once: they would fight over the public address and the
+			// peers' tunnels.
+			WithStrategy(appsv1ac.DeploymentStrategy().WithType(appsv1.RecreateDeploymentStrategyType)).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(gw.Name))).
+			WithTemplate(corev1ac.PodTemplateSpec().
+				WithLabels(Labels(gw.Name)).
+				WithSpec(podSpec)))
+}

@@ -1,0 +1,65 @@
+package children
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+)
+
+// renderNetworkPolicy admits, into the gateway pod:
+//   - the tunnel's ports from anywhere (IPsec: UDP 500 and 4500; WireGuard: its listen port),
+//   - everything from the internal source CIDRs (they reach reverse exposures on the pod),
+//   - the metrics port (TCP) from any pod in the cluster.
+//
+// Egress is not restricted. IPsec is always UDP-encapsulated here: a gateway pod sits behind
+// NAT (floating IP or load balancer), and NetworkPolicy cannot express raw ESP anyway.
+// Traffic inside the tunnels is decapsulated in the pod's own network namespace and is
+// policed there by the agent's nftables ruleset (per-peer authorization), not by this policy.
+//
+// For hostNetwork gateways the policy is rendered too, but it has no effect: NetworkPolicy
+// does not apply to host-network pods. It is kept so the children are the same set for every
+// endpoint kind (and so it takes effect should the gateway move off the host network).
+func renderNetworkPolicy(gw *model.Gateway, owner metav1.OwnerReference, opts Options) *networkingv1ac.NetworkPolicyApplyConfiguration {
+	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
+	port := func(proto corev1.Protocol, p int32) *networkingv1ac.NetworkPolicyPortApplyConfiguration {
+		return networkingv1ac.NetworkPolicyPort().WithProtocol(proto).WithPort(intstr.FromInt32(p))
+	}
+
+	var tunnel *networkingv1ac.NetworkPolicyIngressRuleApplyConfiguration
+	switch gw.Protocol {
+	case model.ProtocolIPsec:
+		tunnel = networkingv1ac.NetworkPolicyIngressRule().WithPorts(port(udp, IKEPort), port(udp, NATTPort))
+	case model.ProtocolWireGuard:
+		tunnel = networkingv1ac.NetworkPolicyIngressRule().WithPorts(port(udp, int32(gw.WireGuard.ListenPort)))
+	}
+	// No "from": the peers connect from anywhere.
+	rules := []*networkingv1ac.NetworkPolicyIngressRuleApplyConfiguration{tunnel}
+
+	if len(gw.InternalSourceCIDRs) > 0 {
+		internal := networkingv1ac.NetworkPolicyIngressRule()
+		for _, p := range gw.InternalSourceCIDRs {
+			internal.WithFrom(networkingv1ac.NetworkPolicyPeer().
+				WithIPBlock(networkingv1ac.IPBlock().WithCIDR(p.Masked().String())))
+		}
+		// No "ports": all ports (reverse exposures listen on ports allocated per exposure).
+		rules = append(rules, internal)
+	}
+
+	rules = append(rules, networkingv1ac.NetworkPolicyIngressRule().
+		WithPorts(port(tcp, opts.MetricsPort)).
+		// An empty namespaceSelector: every pod in every namespace of the cluster.
+		WithFrom(networkingv1ac.NetworkPolicyPeer().WithNamespaceSelector(metav1ac.LabelSelector())))
+
+	return networkingv1ac.NetworkPolicy(Name(gw.Name), gw.Namespace).
+		WithLabels(Labels(gw.Name)).
+		WithOwnerReferences(ownerRef(owner)).
+		WithSpec(networkingv1ac.NetworkPolicySpec().
+			WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(gw.Name))).
+			WithPolicyTypes(networkingv1.PolicyTypeIngress).
+			WithIngress(rules...))
+}

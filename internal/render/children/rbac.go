@@ -1,0 +1,119 @@
+package children
+
+import (
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+)
+
+// Verbs the gateway agent is granted.
+var (
+	readVerbs         = []string{"get", "list", "watch"}
+	statusWriteVerbs  = []string{"patch", "update"}
+	eventsCreateVerbs = []string{"create", "patch"}
+)
+
+// SecretNames are the Secrets the gateway agent reads: every peer's PSK (IPsec) or preshared
+// key (WireGuard) and the WireGuard device's private key; deduplicated and sorted. Dark
+// (unauthorized) peers are included: they still establish their tunnels.
+func SecretNames(gw *model.Gateway) []string {
+	var names []string
+	if gw.WireGuard != nil && gw.WireGuard.PrivateKey.Name != "" {
+		names = append(names, gw.WireGuard.PrivateKey.Name)
+	}
+	for _, p := range gw.Peers {
+		if p.IPsec != nil && p.IPsec.PSK.Name != "" {
+			names = append(names, p.IPsec.PSK.Name)
+		}
+		if p.WireGuard != nil && p.WireGuard.PresharedKey != nil && p.WireGuard.PresharedKey.Name != "" {
+			names = append(names, p.WireGuard.PresharedKey.Name)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// peerNames are the gateway's peers' names, sorted and deduplicated.
+func peerNames(gw *model.Gateway) []string {
+	names := make([]string, 0, len(gw.Peers))
+	for _, p := range gw.Peers {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// renderRole grants the gateway agent exactly what it needs and nothing else:
+//   - read its own ConfigMap,
+//   - read the Secrets its peers reference (by name; the rule is left out when there are none,
+//     because a rule without resourceNames would grant every Secret in the namespace),
+//   - read its own VPNGateway and its VPNPeers (by name; left out when there are no peers),
+//   - write its peers' status (by name; left out when there are no peers),
+//   - record events.
+//
+// list and watch with resourceNames only authorize requests scoped to one object
+// (fieldSelector metadata.name=<name>); the agent watches each object that way.
+func renderRole(gw *model.Gateway, owner metav1.OwnerReference) *rbacv1ac.RoleApplyConfiguration {
+	group := vpnv1.GroupVersion.Group
+	rules := []*rbacv1ac.PolicyRuleApplyConfiguration{
+		rbacv1ac.PolicyRule().
+			WithAPIGroups("").
+			WithResources("configmaps").
+			WithResourceNames(ConfigMapName(gw.Name)).
+			WithVerbs(readVerbs...),
+	}
+	if secrets := SecretNames(gw); len(secrets) > 0 {
+		rules = append(rules, rbacv1ac.PolicyRule().
+			WithAPIGroups("").
+			WithResources("secrets").
+			WithResourceNames(secrets...).
+			WithVerbs(readVerbs...))
+	}
+	rules = append(rules, rbacv1ac.PolicyRule().
+		WithAPIGroups(group).
+		WithResources("vpngateways").
+		WithResourceNames(gw.Name).
+		WithVerbs(readVerbs...))
+	if peers := peerNames(gw); len(peers) > 0 {
+		rules = append(rules,
+			rbacv1ac.PolicyRule().
+				WithAPIGroups(group).
+				WithResources("vpnpeers").
+				WithResourceNames(peers...).
+				WithVerbs(readVerbs...),
+			rbacv1ac.PolicyRule().
+				WithAPIGroups(group).
+				WithResources("vpnpeers/status").
+				WithResourceNames(peers...).
+				WithVerbs(statusWriteVerbs...),
+		)
+	}
+	// Event names are generated, so this is the one rule without resourceNames.
+	rules = append(rules, rbacv1ac.PolicyRule().
+		WithAPIGroups("").
+		WithResources("events").
+		WithVerbs(eventsCreateVerbs...))
+
+	return rbacv1ac.Role(Name(gw.Name), gw.Namespace).
+		WithLabels(Labels(gw.Name)).
+		WithOwnerReferences(ownerRef(owner)).
+		WithRules(rules...)
+}
+
+func renderRoleBinding(gw *model.Gateway, owner metav1.OwnerReference) *rbacv1ac.RoleBindingApplyConfiguration {
+	return rbacv1ac.RoleBinding(Name(gw.Name), gw.Namespace).
+		WithLabels(Labels(gw.Name)).
+		WithOwnerReferences(ownerRef(owner)).
+		WithRoleRef(rbacv1ac.RoleRef().
+			WithAPIGroup("rbac.authorization.k8s.io").
+			WithKind("Role").
+			WithName(Name(gw.Name))).
+		WithSubjects(rbacv1ac.Subject().
+			WithKind("ServiceAccount").
+			WithName(Name(gw.Name)).
+			WithNamespace(gw.Namespace))
+}
