@@ -1,9 +1,15 @@
 package model
 
 import (
+	"encoding/base64"
+	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
+	"time"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/ipam"
 )
 
 // Input is everything Build needs, already fetched by the caller.
@@ -22,12 +28,673 @@ type Input struct {
 	PublicAddress string
 }
 
+// Defaults applied by Build where the spec leaves a setting out.
+var (
+	defaultIKEProposals = []string{"aes256gcm16-prfsha256-ecp256", "aes256-sha256-modp2048"}
+	defaultESPProposals = []string{"aes256gcm16-ecp256", "aes256-sha256-modp2048"}
+)
+
+const (
+	defaultIKEVersion    = 2
+	defaultDPDDelay      = 30 * time.Second
+	defaultDPDAction     = "restart"
+	defaultIKERekeyTime  = 4 * time.Hour
+	defaultIKEReauthTime = 0
+	defaultESPRekeyTime  = time.Hour
+	defaultWGListenPort  = 51820
+	defaultWGMTU         = 1420
+	defaultWGKeySuffix   = "-wireguard-key"
+	defaultWGKeyKey      = "privateKey"
+)
+
+// errList collects build errors in the order they are found.
+type errList []Error
+
+func (l *errList) add(reason, field, format string, args ...any) {
+	*l = append(*l, Error{Reason: reason, Field: field, Detail: fmt.Sprintf(format, args...)})
+}
+
 // Build validates the input into a Gateway, or returns why it cannot (never a partial model).
-func Build(in Input) (*Gateway, []Error) { panic("TODO") }
+//
+// Errors are reported in a fixed order: gateway fields in spec order, then virtual IPs (in
+// exposure then reverse-exposure order), then the configuration, then peers by name.
+func Build(in Input) (*Gateway, []Error) {
+	gw := in.Gateway
+	if gw == nil {
+		return nil, []Error{{Reason: ReasonInvalidSpec, Field: "gateway", Detail: "no gateway given"}}
+	}
+	var errs errList
+
+	out := &Gateway{
+		Namespace:     gw.Namespace,
+		Name:          gw.Name,
+		UID:           gw.UID,
+		Generation:    gw.Generation,
+		PublicAddress: in.PublicAddress,
+	}
+
+	switch gw.Spec.Protocol {
+	case vpnv1.ProtocolIPsec:
+		out.Protocol = ProtocolIPsec
+	case vpnv1.ProtocolWireGuard:
+		out.Protocol = ProtocolWireGuard
+	default:
+		errs.add(ReasonInvalidSpec, "spec.protocol", "protocol %q is not one of ipsec, wireguard", gw.Spec.Protocol)
+	}
+
+	switch gw.Spec.Mode {
+	case "", vpnv1.ModeSNAT:
+		out.Mode = ModeSNAT
+	case vpnv1.ModeRouted:
+		errs.add(ReasonModeNotImplemented, "spec.mode", "mode routed is not implemented yet; use snat")
+	default:
+		errs.add(ReasonInvalidSpec, "spec.mode", "mode %q is not one of snat, routed", gw.Spec.Mode)
+	}
+
+	out.Endpoint = buildEndpoint(gw.Spec.Endpoint, &errs)
+
+	cidrOK := buildServiceCIDR(gw, in.ServiceCIDR, out, &errs)
+
+	switch out.Protocol {
+	case ProtocolIPsec:
+		if gw.Spec.WireGuard != nil {
+			errs.add(ReasonInvalidSpec, "spec.wireguard", "wireguard settings are not allowed on an ipsec gateway")
+		}
+		out.IPsec = buildIPsecGateway(gw.Spec.IPsec, &errs)
+	case ProtocolWireGuard:
+		if gw.Spec.IPsec != nil {
+			errs.add(ReasonInvalidSpec, "spec.ipsec", "ipsec settings are not allowed on a wireguard gateway")
+		}
+		out.WireGuard = buildWireGuardGateway(gw.Name, gw.Spec.WireGuard, &errs)
+	}
+
+	namesOK := buildExposures(gw, in.Services, out, &errs)
+
+	if cidrOK && namesOK {
+		assignVirtualIPs(gw, out, &errs)
+	}
+
+	for i, c := range in.Config.InternalSourceCIDRs {
+		if !c.IsValid() {
+			errs.add(ReasonInvalidSpec, fmt.Sprintf("config.internalSourceCIDRs[%d]", i), "not a valid CIDR")
+		}
+	}
+	out.InternalSourceCIDRs = slices.Clone(in.Config.InternalSourceCIDRs)
+
+	decisions, problems := Authorize(gw, in.Peers)
+	buildPeers(gw, in.Peers, decisions, out, &errs)
+
+	if len(errs) > 0 {
+		return nil, errs
+	}
+
+	fillGrantees(out)
+	out.Problems = problems
+	if len(out.ReverseExposures) > 0 && len(out.InternalSourceCIDRs) == 0 {
+		names := make([]string, len(out.ReverseExposures))
+		for i, r := range out.ReverseExposures {
+			names[i] = r.Name
+		}
+		out.Problems = append(out.Problems, Problem{
+			Reason: ReasonNoInternalSources,
+			Message: fmt.Sprintf("reverse exposures %s are unreachable: the operator has no internalSourceCIDRs configured",
+				quoteJoin(names)),
+		})
+	}
+	return out, nil
+}
 
 // Authorize decides every peer's Authorized condition from the gateway spec and its peers
 // alone (pure, no addresses needed), keyed by peer name. Problems are gateway-level findings
 // (e.g. a reverse exposure granted to a peer whose subnets do not cover it, naming both peers).
+//
+// Every peer given counts towards the single-peer default-allow, whatever its protocol. A nil
+// gateway leaves every peer GatewayNotFound.
 func Authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer) (map[string]Decision, []Problem) {
-	panic("TODO")
+	return authorize(gw, peers)
+}
+
+func buildEndpoint(e vpnv1.Endpoint, errs *errList) Endpoint {
+	var set []string
+	if e.FloatingIPPool != "" {
+		set = append(set, "floatingIPPool")
+	}
+	if e.FloatingIP != "" {
+		set = append(set, "floatingIP")
+	}
+	if e.LoadBalancer != nil {
+		set = append(set, "loadBalancer")
+	}
+	if e.HostNetwork != nil {
+		set = append(set, "hostNetwork")
+	}
+	if len(set) != 1 {
+		detail := "exactly one of floatingIPPool, floatingIP, loadBalancer or hostNetwork must be set"
+		if len(set) > 1 {
+			detail += "; found " + strings.Join(set, ", ")
+		}
+		errs.add(ReasonInvalidSpec, "spec.endpoint", "%s", detail)
+		return Endpoint{}
+	}
+	var out Endpoint
+	switch {
+	case e.FloatingIPPool != "":
+		out.Kind = EndpointFloatingIPPool
+		out.FloatingIPPool = e.FloatingIPPool
+	case e.FloatingIP != "":
+		out.Kind = EndpointFloatingIP
+		a, err := netip.ParseAddr(e.FloatingIP)
+		if err != nil || !a.Is4() || a.IsUnspecified() {
+			errs.add(ReasonInvalidSpec, "spec.endpoint.floatingIP", "%q is not an IPv4 address", e.FloatingIP)
+		}
+		out.FloatingIP = a
+	case e.LoadBalancer != nil:
+		out.Kind = EndpointLoadBalancer
+		out.LoadBalancerClass = e.LoadBalancer.LoadBalancerClass
+		if len(e.LoadBalancer.Annotations) > 0 {
+			out.Annotations = make(map[string]string, len(e.LoadBalancer.Annotations))
+			for k, v := range e.LoadBalancer.Annotations {
+				out.Annotations[k] = v
+			}
+		}
+	case e.HostNetwork != nil:
+		out.Kind = EndpointHostNetwork
+		out.NodeName = e.HostNetwork.NodeName
+		if out.NodeName == "" {
+			errs.add(ReasonInvalidSpec, "spec.endpoint.hostNetwork.nodeName", "node name is empty")
+		}
+		if e.HostNetwork.Address != "" {
+			a, err := netip.ParseAddr(e.HostNetwork.Address)
+			if err != nil || a.IsUnspecified() || a.Zone() != "" {
+				errs.add(ReasonInvalidSpec, "spec.endpoint.hostNetwork.address", "%q is not an IP address", e.HostNetwork.Address)
+			}
+			out.HostAddress = a
+		}
+	}
+	return out
+}
+
+// buildServiceCIDR validates the assigned service CIDR and derives the local address.
+func buildServiceCIDR(gw *vpnv1.VPNGateway, sc netip.Prefix, out *Gateway, errs *errList) bool {
+	const field = "spec.serviceCIDR"
+	if gw.Spec.ServiceCIDR != "" {
+		spec, err := netip.ParsePrefix(gw.Spec.ServiceCIDR)
+		switch {
+		case err != nil:
+			errs.add(ReasonInvalidSpec, field, "%q is not a CIDR", gw.Spec.ServiceCIDR)
+			return false
+		case sc.IsValid() && spec != sc:
+			errs.add(ReasonInvalidSpec, field, "%s differs from the assigned service CIDR %s, which clients may already use; it cannot change",
+				spec, sc)
+			return false
+		}
+	}
+	switch {
+	case !sc.IsValid():
+		errs.add(ReasonInvalidSpec, field, "no service CIDR assigned")
+	case !sc.Addr().Is4():
+		errs.add(ReasonInvalidSpec, field, "%s is not an IPv4 CIDR", sc)
+	case sc.Masked() != sc:
+		errs.add(ReasonInvalidSpec, field, "%s is not a network address (host bits set)", sc)
+	case sc.Bits() < CGNATRange.Bits() || !CGNATRange.Contains(sc.Addr()):
+		errs.add(ReasonInvalidSpec, field, "%s does not lie inside %s", sc, CGNATRange)
+	case sc.Bits() > 30:
+		errs.add(ReasonInvalidSpec, field, "%s is too small: it needs room for the gateway's own address and virtual IPs", sc)
+	default:
+		out.ServiceCIDR = sc
+		out.LocalAddress = sc.Addr().Next()
+		return true
+	}
+	return false
+}
+
+func buildIPsecGateway(s *vpnv1.IPsecGatewaySettings, errs *errList) *IPsecGateway {
+	out := &IPsecGateway{
+		IKEVersion:   defaultIKEVersion,
+		IKEProposals: slices.Clone(defaultIKEProposals),
+		DPDDelay:     defaultDPDDelay,
+		DPDAction:    defaultDPDAction,
+		RekeyTime:    defaultIKERekeyTime,
+		ReauthTime:   defaultIKEReauthTime,
+	}
+	if s == nil {
+		return out
+	}
+	out.LocalID = s.LocalID
+	ike := s.IKE
+	switch ike.Version {
+	case 0:
+	case 1, 2:
+		out.IKEVersion = ike.Version
+	default:
+		errs.add(ReasonInvalidSpec, "spec.ipsec.ike.version", "IKE version %d is not 1 or 2", ike.Version)
+	}
+	if len(ike.Proposals) > 0 {
+		out.IKEProposals = slices.Clone(ike.Proposals)
+		checkProposals("spec.ipsec.ike.proposals", ike.Proposals, errs)
+	}
+	if ike.DPD != nil {
+		if ike.DPD.Delay != nil {
+			out.DPDDelay = nonNegative("spec.ipsec.ike.dpd.delay", ike.DPD.Delay.Duration, errs)
+		}
+		switch ike.DPD.Action {
+		case "":
+		case "restart", "clear", "trap":
+			out.DPDAction = ike.DPD.Action
+		default:
+			errs.add(ReasonInvalidSpec, "spec.ipsec.ike.dpd.action", "DPD action %q is not one of restart, clear, trap", ike.DPD.Action)
+		}
+	}
+	if ike.RekeyTime != nil {
+		out.RekeyTime = nonNegative("spec.ipsec.ike.rekeyTime", ike.RekeyTime.Duration, errs)
+	}
+	if ike.ReauthTime != nil {
+		out.ReauthTime = nonNegative("spec.ipsec.ike.reauthTime", ike.ReauthTime.Duration, errs)
+	}
+	return out
+}
+
+func checkProposals(field string, ps []string, errs *errList) {
+	for i, p := range ps {
+		if p == "" || strings.ContainsAny(p, " \t\r\n,;{}\"'#") {
+			errs.add(ReasonInvalidSpec, fmt.Sprintf("%s[%d]", field, i), "%q is not a proposal in strongSwan notation", p)
+		}
+	}
+}
+
+func nonNegative(field string, d time.Duration, errs *errList) time.Duration {
+	if d < 0 {
+		errs.add(ReasonInvalidSpec, field, "duration %s is negative", d)
+		return 0
+	}
+	return d
+}
+
+func buildWireGuardGateway(gwName string, s *vpnv1.WireGuardGatewaySettings, errs *errList) *WireGuardGateway {
+	out := &WireGuardGateway{
+		ListenPort: defaultWGListenPort,
+		MTU:        defaultWGMTU,
+		PrivateKey: SecretKeyRef{Name: gwName + defaultWGKeySuffix, Key: defaultWGKeyKey},
+	}
+	if s == nil {
+		return out
+	}
+	switch {
+	case s.ListenPort == 0:
+	case s.ListenPort < 1 || s.ListenPort > 65535:
+		errs.add(ReasonInvalidSpec, "spec.wireguard.listenPort", "port %d is not between 1 and 65535", s.ListenPort)
+	default:
+		out.ListenPort = uint16(s.ListenPort)
+	}
+	switch {
+	case s.MTU == 0:
+	case s.MTU < 1280 || s.MTU > 9000:
+		errs.add(ReasonInvalidSpec, "spec.wireguard.mtu", "MTU %d is not between 1280 and 9000", s.MTU)
+	default:
+		out.MTU = s.MTU
+	}
+	if s.PrivateKeySecretRef != nil {
+		out.PrivateKey = secretRef("spec.wireguard.privateKeySecretRef", *s.PrivateKeySecretRef, errs)
+	}
+	return out
+}
+
+func secretRef(field string, r vpnv1.SecretKeyRef, errs *errList) SecretKeyRef {
+	if r.Name == "" {
+		errs.add(ReasonInvalidSpec, field+".name", "secret name is empty")
+	}
+	if r.Key == "" {
+		errs.add(ReasonInvalidSpec, field+".key", "secret key is empty")
+	}
+	return SecretKeyRef{Name: r.Name, Key: r.Key}
+}
+
+// buildExposures validates exposures and reverse exposures (everything but virtual IPs).
+// It reports whether their names are usable as keys (non-empty and distinct across both lists).
+func buildExposures(gw *vpnv1.VPNGateway, services map[string]netip.Addr, out *Gateway, errs *errList) bool {
+	namesOK := true
+	seen := make(map[string]string) // name -> field of its first use
+	checkName := func(field, name string) {
+		if name == "" {
+			errs.add(ReasonInvalidSpec, field, "name is empty")
+			namesOK = false
+			return
+		}
+		if first, dup := seen[name]; dup {
+			errs.add(ReasonInvalidSpec, field, "name %q is already used by %s; exposure and reverse exposure names must be distinct", name, first)
+			namesOK = false
+			return
+		}
+		seen[name] = field
+	}
+
+	for i, e := range gw.Spec.Exposures {
+		f := fmt.Sprintf("spec.exposures[%d]", i)
+		checkName(f+".name", e.Name)
+		x := Exposure{Name: e.Name}
+		t := e.Target
+		switch {
+		case t.Address != "" && t.Service != nil:
+			errs.add(ReasonInvalidSpec, f+".target", "exactly one of address or service must be set, not both")
+		case t.Address != "":
+			x.Target = parseTarget(f+".target.address", t.Address, errs)
+		case t.Service != nil:
+			x.TargetService = t.Service.Name
+			field := f + ".target.service.name"
+			if t.Service.Name == "" {
+				errs.add(ReasonInvalidSpec, field, "service name is empty")
+				break
+			}
+			a, found := services[t.Service.Name]
+			switch {
+			case !found:
+				errs.add(ReasonTargetServiceNotFound, field, "service %q not found in namespace %q", t.Service.Name, gw.Namespace)
+			case !a.IsValid() || !a.Is4() || a.IsUnspecified():
+				errs.add(ReasonTargetServiceNoAddress, field, "service %q has no IPv4 ClusterIP", t.Service.Name)
+			default:
+				x.Target = a
+			}
+		default:
+			errs.add(ReasonInvalidSpec, f+".target", "exactly one of address or service must be set")
+		}
+		x.Ports = buildPorts(f+".target.ports", t.Ports, errs)
+		out.Exposures = append(out.Exposures, x)
+	}
+
+	for i, r := range gw.Spec.ReverseExposures {
+		f := fmt.Sprintf("spec.reverseExposures[%d]", i)
+		checkName(f+".name", r.Name)
+		out.ReverseExposures = append(out.ReverseExposures, ReverseExposure{
+			Name:   r.Name,
+			Target: parseTarget(f+".target.address", r.Target.Address, errs),
+			Ports:  buildPorts(f+".target.ports", r.Target.Ports, errs),
+		})
+	}
+	return namesOK
+}
+
+// parseTarget parses a target address: a unicast IPv4 address.
+func parseTarget(field, s string, errs *errList) netip.Addr {
+	a, err := netip.ParseAddr(s)
+	if err != nil || !a.Is4() || a.IsUnspecified() || a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		errs.add(ReasonInvalidSpec, field, "%q is not a unicast IPv4 address", s)
+		return netip.Addr{}
+	}
+	return a
+}
+
+func buildPorts(field string, ps []vpnv1.PortSpec, errs *errList) []Port {
+	if len(ps) == 0 {
+		errs.add(ReasonInvalidSpec, field, "at least one port is required")
+		return nil
+	}
+	out := make([]Port, 0, len(ps))
+	seen := make(map[Port]int) // {protocol, port} -> index
+	for i, p := range ps {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		var proto string
+		switch {
+		case p.Protocol == "" || strings.EqualFold(string(p.Protocol), "tcp"):
+			proto = "tcp"
+		case strings.EqualFold(string(p.Protocol), "udp"):
+			proto = "udp"
+		default:
+			errs.add(ReasonInvalidSpec, f+".protocol", "protocol %q is not one of TCP, UDP", p.Protocol)
+		}
+		ok := true
+		if p.Port < 1 || p.Port > 65535 {
+			errs.add(ReasonInvalidSpec, f+".port", "port %d is not between 1 and 65535", p.Port)
+			ok = false
+		}
+		target := p.TargetPort
+		if target == 0 {
+			target = p.Port
+		} else if target < 1 || target > 65535 {
+			errs.add(ReasonInvalidSpec, f+".targetPort", "port %d is not between 1 and 65535", p.TargetPort)
+			ok = false
+		}
+		if !ok || proto == "" {
+			continue
+		}
+		key := Port{Protocol: proto, Port: uint16(p.Port)}
+		if first, dup := seen[key]; dup {
+			errs.add(ReasonInvalidSpec, f, "%s port %d is already listed at index %d", proto, p.Port, first)
+			continue
+		}
+		seen[key] = i
+		out = append(out, Port{Protocol: proto, Port: uint16(p.Port), TargetPort: uint16(target)})
+	}
+	return out
+}
+
+// assignVirtualIPs assigns every exposure's and reverse exposure's virtual IP in one call, so
+// they share the service CIDR's address space; the gateway's own address is reserved.
+func assignVirtualIPs(gw *vpnv1.VPNGateway, out *Gateway, errs *errList) {
+	previous := func(st []vpnv1.ExposureStatus) map[string]netip.Addr {
+		m := make(map[string]netip.Addr, len(st))
+		for _, s := range st {
+			if a, err := netip.ParseAddr(s.VirtualIP); err == nil {
+				m[s.Name] = a
+			}
+		}
+		return m
+	}
+	prevExp := previous(gw.Status.Exposures)
+	prevRev := previous(gw.Status.ReverseExposures)
+
+	n := len(gw.Spec.Exposures) + len(gw.Spec.ReverseExposures)
+	if n == 0 {
+		return
+	}
+	reqs := make([]ipam.AddressRequest, 0, n)
+	fields := make([]string, 0, n)
+	index := make(map[string]int, n)
+	skip := make(map[string]bool) // requests whose virtualIP did not parse (already an error)
+	add := func(field, name, vip string, prev netip.Addr) {
+		req := ipam.AddressRequest{Name: name, Previous: prev}
+		if vip != "" {
+			a, err := netip.ParseAddr(vip)
+			if err != nil || !a.Is4() {
+				errs.add(ReasonInvalidSpec, field, "%q is not an IPv4 address", vip)
+				skip[name] = true
+			} else {
+				req.Requested = a
+			}
+		}
+		index[name] = len(reqs)
+		reqs = append(reqs, req)
+		fields = append(fields, field)
+	}
+	for i, e := range gw.Spec.Exposures {
+		add(fmt.Sprintf("spec.exposures[%d].virtualIP", i), e.Name, e.VirtualIP, prevExp[e.Name])
+	}
+	for i, r := range gw.Spec.ReverseExposures {
+		add(fmt.Sprintf("spec.reverseExposures[%d].virtualIP", i), r.Name, r.VirtualIP, prevRev[r.Name])
+	}
+
+	addrs, aerrs := ipam.AssignAddresses(out.ServiceCIDR, []netip.Addr{out.LocalAddress}, reqs)
+
+	failed := make(map[string]bool, len(aerrs))
+	slices.SortStableFunc(aerrs, func(a, b ipam.AddressError) int {
+		return indexOf(index, a.Name) - indexOf(index, b.Name)
+	})
+	for _, ae := range aerrs {
+		failed[ae.Name] = true
+		if skip[ae.Name] {
+			continue
+		}
+		field := "spec.serviceCIDR"
+		if i, ok := index[ae.Name]; ok {
+			field = fields[i]
+		}
+		var reason string
+		switch ae.Reason {
+		case "OutsideCIDR":
+			reason = ReasonVirtualIPOutsideCIDR
+		case "Conflict", "Reserved":
+			reason = ReasonVirtualIPConflict
+		case "Exhausted":
+			reason = ReasonServiceCIDRExhausted
+		default:
+			reason = ReasonInvalidSpec
+		}
+		errs.add(reason, field, "%s", ae.Detail)
+	}
+
+	for i, req := range reqs {
+		a, ok := addrs[req.Name]
+		if failed[req.Name] || skip[req.Name] {
+			continue
+		}
+		if !ok || !out.ServiceCIDR.Contains(a) {
+			errs.add(ReasonServiceCIDRExhausted, fields[i], "no virtual IP could be assigned in %s", out.ServiceCIDR)
+			continue
+		}
+		if i < len(gw.Spec.Exposures) {
+			out.Exposures[i].VirtualIP = a
+		} else {
+			out.ReverseExposures[i-len(gw.Spec.Exposures)].VirtualIP = a
+		}
+	}
+}
+
+func indexOf(index map[string]int, name string) int {
+	if i, ok := index[name]; ok {
+		return i
+	}
+	return len(index)
+}
+
+// buildPeers validates every peer and fills its decision and grants, sorted by name.
+func buildPeers(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, decisions map[string]Decision, out *Gateway, errs *errList) {
+	ordered := make([]*vpnv1.VPNPeer, len(peers))
+	for i := range peers {
+		ordered[i] = &peers[i]
+	}
+	slices.SortStableFunc(ordered, func(a, b *vpnv1.VPNPeer) int { return strings.Compare(a.Name, b.Name) })
+
+	allExp := uniqueSorted(exposureNames(gw))
+	allRev := uniqueSorted(reverseExposureNames(gw))
+
+	for i, p := range ordered {
+		pf := fmt.Sprintf("peers[%s]", p.Name)
+		if p.Name == "" {
+			errs.add(ReasonInvalidSpec, "peers", "a peer has no name")
+			continue
+		}
+		if i > 0 && ordered[i-1].Name == p.Name {
+			errs.add(ReasonInvalidSpec, pf, "peer %q is listed more than once", p.Name)
+			continue
+		}
+		mp := Peer{
+			Name:          p.Name,
+			UID:           p.UID,
+			Generation:    p.Generation,
+			Authorization: decisions[p.Name],
+		}
+		if s := p.Spec.IPsec; s != nil {
+			f := pf + ".spec.ipsec"
+			ip := &IPsecPeer{
+				RemoteAddress: s.Peer.Address,
+				RemoteID:      s.Peer.ID,
+				ESPProposals:  slices.Clone(defaultESPProposals),
+				RekeyTime:     defaultESPRekeyTime,
+				PSK:           secretRef(f+".pskSecretRef", s.PSKSecretRef, errs),
+			}
+			if s.Peer.Address == "" || strings.ContainsAny(s.Peer.Address, " \t\r\n,;{}\"'#") {
+				errs.add(ReasonInvalidSpec, f+".peer.address", "%q is not an IP address, DNS name or %%any", s.Peer.Address)
+			}
+			if ip.RemoteID == "" {
+				ip.RemoteID = s.Peer.Address
+			}
+			if len(s.ESP.Proposals) > 0 {
+				ip.ESPProposals = slices.Clone(s.ESP.Proposals)
+				checkProposals(f+".esp.proposals", s.ESP.Proposals, errs)
+			}
+			if s.ESP.RekeyTime != nil {
+				ip.RekeyTime = nonNegative(f+".esp.rekeyTime", s.ESP.RekeyTime.Duration, errs)
+			}
+			checkSubnets(f+".remoteSubnets", s.RemoteSubnets, errs)
+			mp.IPsec = ip
+		}
+		if s := p.Spec.WireGuard; s != nil {
+			f := pf + ".spec.wireguard"
+			wg := &WireGuardPeer{PublicKey: s.PublicKey, Endpoint: s.Endpoint}
+			if k, err := base64.StdEncoding.DecodeString(s.PublicKey); err != nil || len(k) != 32 {
+				errs.add(ReasonInvalidSpec, f+".publicKey", "not a base64-encoded 32-byte WireGuard key")
+			}
+			if s.PresharedKeySecretRef != nil {
+				r := secretRef(f+".presharedKeySecretRef", *s.PresharedKeySecretRef, errs)
+				wg.PresharedKey = &r
+			}
+			if s.PersistentKeepalive != nil {
+				if k := *s.PersistentKeepalive; k < 0 || k > 65535 {
+					errs.add(ReasonInvalidSpec, f+".persistentKeepalive", "%d is not between 0 and 65535", k)
+				} else {
+					wg.PersistentKeepalive = uint16(k)
+				}
+			}
+			checkSubnets(f+".subnets", s.Subnets, errs)
+			mp.WireGuard = wg
+		}
+		mp.SourceCIDRs = parsedSubnets(peerSubnets(gw, p))
+
+		if d := mp.Authorization; d.Authorized {
+			if d.Reason == ReasonDefaultAllow {
+				mp.Exposures = slices.Clone(allExp)
+				mp.ReverseExposures = slices.Clone(allRev)
+			} else if a := p.Spec.Authorization; a != nil {
+				mp.Exposures = uniqueSorted(a.Exposures)
+				mp.ReverseExposures = uniqueSorted(a.ReverseExposures)
+			}
+		}
+		out.Peers = append(out.Peers, mp)
+	}
+}
+
+// checkSubnets requires at least one subnet and every one an IPv4 network address.
+func checkSubnets(field string, subnets []string, errs *errList) {
+	if len(subnets) == 0 {
+		errs.add(ReasonInvalidSpec, field, "at least one subnet is required")
+	}
+	for i, s := range subnets {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		p, err := netip.ParsePrefix(s)
+		switch {
+		case err != nil || !p.Addr().Is4():
+			errs.add(ReasonInvalidSpec, f, "%q is not an IPv4 CIDR", s)
+		case p.Masked() != p:
+			errs.add(ReasonInvalidSpec, f, "%q is not a network address (host bits set)", s)
+		}
+	}
+}
+
+// fillGrantees sets every exposure's GrantedTo and every reverse exposure's Grantee from the
+// authorized peers (Peers are sorted by name, so GrantedTo is too).
+func fillGrantees(out *Gateway) {
+	expIdx := make(map[string]int, len(out.Exposures))
+	for i, e := range out.Exposures {
+		expIdx[e.Name] = i
+	}
+	revIdx := make(map[string]int, len(out.ReverseExposures))
+	for i, r := range out.ReverseExposures {
+		revIdx[r.Name] = i
+	}
+	for _, p := range out.Peers {
+		if !p.Authorization.Authorized {
+			continue
+		}
+		for _, n := range p.Exposures {
+			if i, ok := expIdx[n]; ok {
+				out.Exposures[i].GrantedTo = append(out.Exposures[i].GrantedTo, p.Name)
+			}
+		}
+		for _, n := range p.ReverseExposures {
+			// Authorize leaves at most one authorized holder whose subnets contain the target;
+			// should there ever be more, the first by name is the grantee.
+			if i, ok := revIdx[n]; ok && out.ReverseExposures[i].Grantee == "" {
+				out.ReverseExposures[i].Grantee = p.Name
+			}
+		}
+	}
 }

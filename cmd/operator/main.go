@@ -1,0 +1,88 @@
+// Command operator runs bnerd-vpn-operator: it reconciles VPNGateways and VPNPeers into gateway
+// pods and their configuration.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
+)
+
+func main() {
+	if err := command().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func command() *cobra.Command {
+	var (
+		cfg        operator.Config
+		pool       string
+		internal   []string
+		qps        float32
+		burst      int
+		zapOpts    = zap.Options{}
+		pullPolicy string
+	)
+	cmd := &cobra.Command{
+		Use:           "operator",
+		Short:         "Reconcile VPNGateways and VPNPeers into site-to-site VPN gateway pods",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			p, err := netip.ParsePrefix(pool)
+			if err != nil {
+				return fmt.Errorf("--service-cidr-pool %q: %w", pool, err)
+			}
+			cfg.Model.PoolCIDR = p
+			if cfg.Model.InternalSourceCIDRs, err = operator.ParsePrefixes("--internal-source-cidrs", internal); err != nil {
+				return err
+			}
+			switch pp := corev1.PullPolicy(pullPolicy); pp {
+			case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+				cfg.Render.ImagePullPolicy = pp
+			default:
+				return fmt.Errorf("--image-pull-policy %q: must be Always, IfNotPresent or Never", pullPolicy)
+			}
+			restCfg, err := ctrl.GetConfig()
+			if err != nil {
+				return err
+			}
+			restCfg.QPS, restCfg.Burst = qps, burst
+			ctx := ctrl.SetupSignalHandler()
+			mgr, err := operator.NewManager(ctx, restCfg, cfg)
+			if err != nil {
+				return err
+			}
+			return mgr.Start(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&pool, "service-cidr-pool", model.DefaultPoolCIDR.String(), "pool gateways' service CIDRs (/24 each) are allocated from; must lie inside 100.64.0.0/10")
+	f.StringSliceVar(&internal, "internal-source-cidrs", nil, "address ranges allowed to initiate toward reverse exposures (pod CIDR, ClusterLink ranges); reverse exposures stay inactive until set")
+	f.StringVar(&cfg.Render.AgentImage, "agent-image", "ghcr.io/bnerd/vpn-gateway-agent:latest", "gateway agent image")
+	f.StringVar(&cfg.Render.StrongSwanImage, "strongswan-image", "ghcr.io/bnerd/vpn-gateway-strongswan:latest", "strongSwan (charon) image")
+	f.StringVar(&pullPolicy, "image-pull-policy", "IfNotPresent", "pull policy of the gateway images (Always, IfNotPresent, Never)")
+	f.BoolVar(&cfg.Render.UserspaceDataplane, "userspace-dataplane", false, "give gateway pods /dev/net/tun and use userspace ESP/WireGuard (kernels without ESP or the WireGuard module)")
+	f.IntVar(&cfg.Concurrency, "concurrency", 4, "parallel reconciles per controller")
+	f.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables)")
+	f.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "health probe address (0 disables)")
+	f.BoolVar(&cfg.LeaderElection, "leader-elect", false, "elect a leader so only one replica reconciles")
+	f.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (defaults to the pod's)")
+	f.Float32Var(&qps, "kube-api-qps", 200, "API requests per second")
+	f.IntVar(&burst, "kube-api-burst", 400, "API request burst")
+	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
+	zapOpts.BindFlags(logFlags)
+	f.AddGoFlagSet(logFlags)
+	return cmd
+}

@@ -1,0 +1,314 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/ipam"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+)
+
+// +kubebuilder:rbac:groups=vpn.bnerd.net,resources=vpngateways,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=vpn.bnerd.net,resources=vpngateways/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=vpn.bnerd.net,resources=vpngateways/finalizers,verbs=update
+// +kubebuilder:rbac:groups=vpn.bnerd.net,resources=vpnpeers,verbs=get;list;watch
+// +kubebuilder:rbac:groups=vpn.bnerd.net,resources=vpnpeers/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts;services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete;bind;escalate
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// GatewayReconciler turns a VPNGateway and its peers into the gateway's children and status.
+type GatewayReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	Options  Options
+	alloc    *allocator
+	// poolRetry is how long a gateway waits before retrying an exhausted pool.
+	poolRetry time.Duration
+}
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
+	a, err := newAllocator(r.Options.Model.PoolCIDR)
+	if err != nil {
+		return err
+	}
+	r.alloc = a
+	if r.poolRetry == 0 {
+		r.poolRetry = 10 * time.Minute // a safety net: releases wake waiting gateways at once
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&vpnv1.VPNGateway{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		Owns(&networkingv1.NetworkPolicy{}).
+		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(gatewayOfPeer)).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfService)).
+		WatchesRawSource(source.Channel(a.wake, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
+		Named("vpngateway").
+		Complete(r)
+}
+
+func gatewayOfPeer(_ context.Context, o client.Object) []reconcile.Request {
+	p := o.(*vpnv1.VPNPeer)
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.GatewayRef}}}
+}
+
+func (r *GatewayReconciler) gatewaysOfService(ctx context.Context, o client.Object) []reconcile.Request {
+	var list vpnv1.VPNGatewayList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexGatewayService: o.GetName()}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, gw := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&gw)})
+	}
+	return reqs
+}
+
+// Reconcile: get → finalizer → phases into a scope → status computed in one place → one write.
+func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	gw := &vpnv1.VPNGateway{}
+	if err := r.Client.Get(ctx, req.NamespacedName, gw); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone without our finalizer having run (e.g. finalizer removed by hand).
+			r.alloc.release(req.Namespace, req.Name)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if err := r.alloc.ensureSeeded(ctx, r.Client); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	if !gw.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, gw)
+	}
+	if !controllerutil.ContainsFinalizer(gw, FinalizerAddresses) {
+		patch := client.MergeFrom(gw.DeepCopy())
+		controllerutil.AddFinalizer(gw, FinalizerAddresses)
+		if err := r.Client.Patch(ctx, gw, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+
+	s := &gatewayScope{gw: gw}
+	var result ctrl.Result
+	var errs []error
+
+	if err := r.loadPeers(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.allocateServiceCIDR(s, &result)
+	s.endpoint = r.resolveEndpoint(ctx, gw)
+	if s.serviceCIDR.IsValid() {
+		if err := r.build(ctx, s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.built != nil {
+		if err := r.applyChildren(ctx, s); err != nil {
+			errs = append(errs, err)
+		}
+	} else if s.rendered.reason == "" {
+		s.rendered = failed(ReasonConfigInvalid, "configuration is not valid; the last applied configuration stays in place")
+	}
+	if err := r.observeDeployment(ctx, s); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.writeStatus(ctx, s); err != nil {
+		errs = append(errs, err)
+	}
+	return result, errors.Join(errs...)
+}
+
+func (r *GatewayReconciler) finalize(ctx context.Context, gw *vpnv1.VPNGateway) error {
+	if !controllerutil.ContainsFinalizer(gw, FinalizerAddresses) {
+		return nil
+	}
+	r.alloc.release(gw.Namespace, gw.Name)
+	patch := client.MergeFrom(gw.DeepCopy())
+	controllerutil.RemoveFinalizer(gw, FinalizerAddresses)
+	if err := r.Client.Patch(ctx, gw, patch); err != nil {
+		return fmt.Errorf("removing finalizer: %w", err)
+	}
+	r.Recorder.Eventf(gw, nil, corev1.EventTypeNormal, "AddressesReleased", "Delete", "released service CIDR %s", gw.Status.ServiceCIDR)
+	return nil
+}
+
+func (r *GatewayReconciler) loadPeers(ctx context.Context, s *gatewayScope) error {
+	var list vpnv1.VPNPeerList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.gw.Namespace), client.MatchingFields{IndexPeerGateway: s.gw.Name}); err != nil {
+		return fmt.Errorf("listing peers: %w", err)
+	}
+	for _, p := range list.Items {
+		if p.DeletionTimestamp.IsZero() {
+			s.peers = append(s.peers, p)
+		}
+	}
+	return nil
+}
+
+func (r *GatewayReconciler) allocateServiceCIDR(s *gatewayScope, result *ctrl.Result) {
+	gw := s.gw
+	cidr, err := r.alloc.serviceCIDRFor(gw)
+	var conflict *ipam.ConflictError
+	switch {
+	case errors.Is(err, ipam.ErrExhausted):
+		s.addresses = failed(ReasonPoolExhausted, fmt.Sprintf("no free /24 left in the service CIDR pool %s; set spec.serviceCIDR or enlarge the pool", r.Options.Model.PoolCIDR))
+		result.RequeueAfter = r.poolRetry
+		return
+	case errors.As(err, &conflict):
+		s.addresses = failed(ReasonServiceCIDRConflict, fmt.Sprintf("service CIDR %s overlaps %s of gateway %s", conflict.CIDR, conflict.Held, conflict.Owner))
+		return
+	case err != nil:
+		s.addresses = failed(ReasonServiceCIDRConflict, err.Error())
+		return
+	}
+	s.serviceCIDR = cidr
+	s.addresses = ok(ReasonAllocated, "service CIDR "+cidr.String())
+	if gw.Spec.ServiceCIDR != "" && gw.Status.ServiceCIDR != "" && gw.Spec.ServiceCIDR != gw.Status.ServiceCIDR {
+		s.addresses = failed(ReasonServiceCIDRChanged, fmt.Sprintf("spec.serviceCIDR %s differs from the service CIDR in use (%s), which clients depend on; delete and recreate the gateway to change it", gw.Spec.ServiceCIDR, gw.Status.ServiceCIDR))
+	}
+	if gw.Status.ServiceCIDR == "" {
+		r.Recorder.Eventf(gw, nil, corev1.EventTypeNormal, "ServiceCIDRAssigned", "Allocate", "service CIDR %s", cidr)
+	}
+}
+
+// build resolves exposure target Services and runs the model.
+func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
+	services := map[string]netip.Addr{}
+	for _, e := range s.gw.Spec.Exposures {
+		if e.Target.Service == nil {
+			continue
+		}
+		svc := &corev1.Service{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.gw.Namespace, Name: e.Target.Service.Name}, svc)
+		if apierrors.IsNotFound(err) {
+			continue // the model reports TargetServiceNotFound
+		} else if err != nil {
+			return fmt.Errorf("getting service %s: %w", e.Target.Service.Name, err)
+		}
+		addr, _ := netip.ParseAddr(svc.Spec.ClusterIP) // "None" or empty: the model reports it
+		services[svc.Name] = addr
+	}
+	s.built, s.buildErrs = model.Build(model.Input{
+		Gateway:       s.gw,
+		Peers:         s.peers,
+		Config:        r.Options.Model,
+		ServiceCIDR:   s.serviceCIDR,
+		Services:      services,
+		PublicAddress: s.endpoint.publicAddress,
+	})
+	if s.built == nil && len(s.buildErrs) > 0 && !s.configWasInvalid() {
+		r.Recorder.Eventf(s.gw, nil, corev1.EventTypeWarning, s.buildErrs[0].Reason, "Validate", "%s", truncate(joinErrors(s.buildErrs), 1000))
+	}
+	return nil
+}
+
+func (s *gatewayScope) configWasInvalid() bool {
+	for _, c := range s.gw.Status.Conditions {
+		if c.Type == vpnv1.ConditionConfigValid {
+			return c.Status == metav1.ConditionFalse && c.ObservedGeneration == s.gw.Generation
+		}
+	}
+	return false
+}
+
+func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope) error {
+	owner := metav1.OwnerReference{
+		APIVersion: vpnv1.GroupVersion.String(), Kind: "VPNGateway",
+		Name: s.gw.Name, UID: s.gw.UID,
+		Controller: ptr(true), BlockOwnerDeletion: ptr(true),
+	}
+	kids, err := children.Render(s.built, owner, r.Options.Render)
+	if err != nil {
+		s.rendered = failed(ReasonRenderFailed, err.Error())
+		return nil // a render error is a condition, not a retry
+	}
+	if err := applyAll(ctx, r.Client, s.gw.Namespace, kids); err != nil {
+		s.rendered = failed(ReasonApplyFailed, err.Error())
+		return err
+	}
+	s.rendered = ok(ReasonApplied, fmt.Sprintf("configuration of generation %d applied", s.gw.Generation))
+	return nil
+}
+
+func (r *GatewayReconciler) observeDeployment(ctx context.Context, s *gatewayScope) error {
+	d := &appsv1.Deployment{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.gw.Namespace, Name: children.Name(s.gw.Name)}, d)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	s.deployment = d
+	return nil
+}
+
+func (r *GatewayReconciler) writeStatus(ctx context.Context, s *gatewayScope) error {
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	desired := computeGatewayStatus(s, now)
+	if equality.Semantic.DeepEqual(desired, s.gw.Status) {
+		return nil
+	}
+	r.recordTransitions(s.gw, desired)
+	return applyStatus(ctx, r.Client, s.gw, "VPNGateway", &desired)
+}
+
+// recordTransitions emits an event when Ready changes.
+func (r *GatewayReconciler) recordTransitions(gw *vpnv1.VPNGateway, desired vpnv1.VPNGatewayStatus) {
+	was := findCondition(gw.Status.Conditions, vpnv1.ConditionReady)
+	now := findCondition(desired.Conditions, vpnv1.ConditionReady)
+	if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason) {
+		return
+	}
+	kind := corev1.EventTypeNormal
+	if now.Status != metav1.ConditionTrue {
+		kind = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(gw, nil, kind, now.Reason, "Reconcile", "%s", truncate(now.Message, 1000))
+}
+
+func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }

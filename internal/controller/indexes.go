@@ -1,0 +1,56 @@
+package controller
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+)
+
+// Field indexes the reconcilers look objects up by.
+const (
+	// IndexPeerGateway: VPNPeer by spec.gatewayRef.
+	IndexPeerGateway = "spec.gatewayRef"
+	// IndexPeerSecret: VPNPeer by the names of the Secrets it references.
+	IndexPeerSecret = "vpn.bnerd.net/secret-names"
+	// IndexGatewayService: VPNGateway by the names of its exposure target Services.
+	IndexGatewayService = "vpn.bnerd.net/target-services"
+)
+
+// SetupIndexes registers the field indexes on the manager's cache.
+func SetupIndexes(ctx context.Context, mgr manager.Manager) error {
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &vpnv1.VPNPeer{}, IndexPeerGateway, func(o client.Object) []string {
+		return []string{o.(*vpnv1.VPNPeer).Spec.GatewayRef}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &vpnv1.VPNPeer{}, IndexPeerSecret, func(o client.Object) []string {
+		return peerSecretNames(o.(*vpnv1.VPNPeer))
+	}); err != nil {
+		return err
+	}
+	return idx.IndexField(ctx, &vpnv1.VPNGateway{}, IndexGatewayService, func(o client.Object) []string {
+		var names []string
+		for _, e := range o.(*vpnv1.VPNGateway).Spec.Exposures {
+			if e.Target.Service != nil {
+				names = append(names, e.Target.Service.Name)
+			}
+		}
+		return names
+	})
+}
+
+// peerSecretNames are the Secrets a peer's tunnel needs.
+func peerSecretNames(p *vpnv1.VPNPeer) []string {
+	var names []string
+	if p.Spec.IPsec != nil {
+		names = append(names, p.Spec.IPsec.PSKSecretRef.Name)
+	}
+	if p.Spec.WireGuard != nil && p.Spec.WireGuard.PresharedKeySecretRef != nil {
+		names = append(names, p.Spec.WireGuard.PresharedKeySecretRef.Name)
+	}
+	return names
+}

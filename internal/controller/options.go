@@ -1,0 +1,28 @@
+// Package controller holds the operator's reconcilers: thin loops that fetch objects, hand
+// them to the pure model and renderers, apply the result with server-side apply and write
+// status once per pass.
+package controller
+
+import (
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+)
+
+const (
+	// FieldOwner is the operator's server-side apply field manager.
+	FieldOwner = "bnerd-vpn-operator"
+	// FinalizerAddresses keeps a gateway until its service CIDR is released.
+	FinalizerAddresses = "vpn.bnerd.net/release-addresses"
+	// AnnotationAppliedHash on a child is the hash of the configuration last applied to it, so
+	// an unchanged child is not re-applied (no API writes once converged).
+	AnnotationAppliedHash = "vpn.bnerd.net/applied-hash"
+	// LabelManagedBy marks every child; the operator's cache only holds objects with it.
+	LabelManagedBy      = "app.kubernetes.io/managed-by"
+	LabelManagedByValue = "bnerd-vpn-operator"
+)
+
+// Options configure the reconcilers.
+type Options struct {
+	Model  model.Config
+	Render children.Options
+}

@@ -1,0 +1,196 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+)
+
+// Peer condition types and reasons set by the operator besides Authorized.
+const (
+	// ConditionCredentialsReady: the Secrets the peer's tunnel needs exist and hold the key.
+	ConditionCredentialsReady = "CredentialsReady"
+	ReasonSecretsPresent      = "SecretsPresent"
+	ReasonSecretNotFound      = "SecretNotFound"
+	ReasonSecretKeyMissing    = "SecretKeyMissing"
+)
+
+// PeerReconciler decides each VPNPeer's Authorized condition. A peer's decision depends on its
+// siblings (a second peer flips the gateway to default-deny), so any peer change re-evaluates
+// every peer of the same gateway.
+type PeerReconciler struct {
+	Client client.Client
+	// APIReader reads Secrets directly: the cache holds only their metadata.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+}
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *PeerReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&vpnv1.VPNPeer{}).
+		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(r.siblings)).
+		Watches(&vpnv1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.peersOfGateway)).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.peersOfSecret)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
+		Named("vpnpeer").
+		Complete(r)
+}
+
+func (r *PeerReconciler) peersBy(ctx context.Context, namespace, field, value string) []reconcile.Request {
+	var list vpnv1.VPNPeerList
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{field: value}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
+
+func (r *PeerReconciler) siblings(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.peersBy(ctx, o.GetNamespace(), IndexPeerGateway, o.(*vpnv1.VPNPeer).Spec.GatewayRef)
+}
+
+func (r *PeerReconciler) peersOfGateway(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.peersBy(ctx, o.GetNamespace(), IndexPeerGateway, o.GetName())
+}
+
+func (r *PeerReconciler) peersOfSecret(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.peersBy(ctx, o.GetNamespace(), IndexPeerSecret, o.GetName())
+}
+
+// Reconcile computes the peer's Authorized and CredentialsReady conditions and writes them
+// (with the operator's field manager; the gateway agent owns Connected) only when they change.
+func (r *PeerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	peer := &vpnv1.VPNPeer{}
+	if err := r.Client.Get(ctx, req.NamespacedName, peer); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !peer.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	decision, err := r.decide(ctx, peer)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	creds, err := r.credentials(ctx, peer)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	// Only the operator's conditions are applied; the agent's Connected stays its own.
+	var conds []metav1.Condition
+	for _, t := range []string{vpnv1.ConditionAuthorized, ConditionCredentialsReady} {
+		if c := meta.FindStatusCondition(peer.Status.Conditions, t); c != nil {
+			conds = append(conds, *c)
+		}
+	}
+	authz := outcome{metav1.ConditionFalse, decision.Reason, decision.Message}
+	if decision.Authorized {
+		authz.status = metav1.ConditionTrue
+	}
+	setCondition(&conds, vpnv1.ConditionAuthorized, authz, peer.Generation, now)
+	setCondition(&conds, ConditionCredentialsReady, creds, peer.Generation, now)
+
+	if peer.Status.ObservedGeneration == peer.Generation && sameConditions(peer.Status.Conditions, conds) {
+		return ctrl.Result{}, nil
+	}
+	r.recordTransition(peer, conds)
+	status := &vpnv1.VPNPeerStatus{ObservedGeneration: peer.Generation, Conditions: conds}
+	return ctrl.Result{}, applyStatus(ctx, r.Client, peer, "VPNPeer", status)
+}
+
+// decide runs the model's authorization over the peer's gateway and all its siblings.
+func (r *PeerReconciler) decide(ctx context.Context, peer *vpnv1.VPNPeer) (model.Decision, error) {
+	gw := &vpnv1.VPNGateway{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: peer.Namespace, Name: peer.Spec.GatewayRef}, gw)
+	if apierrors.IsNotFound(err) {
+		return model.Decision{Reason: model.ReasonGatewayNotFound,
+			Message: fmt.Sprintf("VPNGateway %q does not exist in namespace %q", peer.Spec.GatewayRef, peer.Namespace)}, nil
+	} else if err != nil {
+		return model.Decision{}, err
+	}
+	var list vpnv1.VPNPeerList
+	if err := r.Client.List(ctx, &list, client.InNamespace(peer.Namespace), client.MatchingFields{IndexPeerGateway: gw.Name}); err != nil {
+		return model.Decision{}, err
+	}
+	peers := make([]vpnv1.VPNPeer, 0, len(list.Items))
+	for _, p := range list.Items {
+		if p.DeletionTimestamp.IsZero() {
+			peers = append(peers, p)
+		}
+	}
+	decisions, _ := model.Authorize(gw, peers)
+	d, found := decisions[peer.Name]
+	if !found { // the cache has not seen this peer in the list yet; try again shortly
+		return model.Decision{}, fmt.Errorf("peer %s not yet in the cache's peer list", peer.Name)
+	}
+	return d, nil
+}
+
+// credentials checks that the Secrets the peer needs exist and hold their keys, without ever
+// reading the values into anything that is logged or stored.
+func (r *PeerReconciler) credentials(ctx context.Context, peer *vpnv1.VPNPeer) (outcome, error) {
+	var refs []vpnv1.SecretKeyRef
+	if peer.Spec.IPsec != nil {
+		refs = append(refs, peer.Spec.IPsec.PSKSecretRef)
+	}
+	if peer.Spec.WireGuard != nil && peer.Spec.WireGuard.PresharedKeySecretRef != nil {
+		refs = append(refs, *peer.Spec.WireGuard.PresharedKeySecretRef)
+	}
+	for _, ref := range refs {
+		s := &corev1.Secret{}
+		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: peer.Namespace, Name: ref.Name}, s)
+		if apierrors.IsNotFound(err) {
+			return failed(ReasonSecretNotFound, fmt.Sprintf("Secret %q does not exist", ref.Name)), nil
+		} else if err != nil {
+			return outcome{}, err
+		}
+		if len(s.Data[ref.Key]) == 0 {
+			return failed(ReasonSecretKeyMissing, fmt.Sprintf("Secret %q has no non-empty key %q", ref.Name, ref.Key)), nil
+		}
+	}
+	return ok(ReasonSecretsPresent, "referenced Secrets exist"), nil
+}
+
+func (r *PeerReconciler) recordTransition(peer *vpnv1.VPNPeer, conds []metav1.Condition) {
+	was := meta.FindStatusCondition(peer.Status.Conditions, vpnv1.ConditionAuthorized)
+	now := meta.FindStatusCondition(conds, vpnv1.ConditionAuthorized)
+	if was != nil && was.Status == now.Status && was.Reason == now.Reason {
+		return
+	}
+	kind := corev1.EventTypeNormal
+	if now.Status != metav1.ConditionTrue {
+		kind = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(peer, nil, kind, now.Reason, "Authorize", "%s", truncate(now.Message, 1000))
+}
+
+// sameConditions reports whether every condition in want is already in have, unchanged.
+func sameConditions(have, want []metav1.Condition) bool {
+	for _, w := range want {
+		h := meta.FindStatusCondition(have, w.Type)
+		if h == nil || h.Status != w.Status || h.Reason != w.Reason || h.Message != w.Message || h.ObservedGeneration != w.ObservedGeneration {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,177 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"go.uber.org/zap/zapcore"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+)
+
+// env is one real kube-apiserver + etcd shared by the package's tests; each test starts its
+// own operator and works in its own namespace.
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(false), zap.Level(zapcore.ErrorLevel)))
+	var err error
+	env, err = testenv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+
+
+// operatorConfig is the configuration tests run the operator with.
+func operatorConfig() operator.Config {
+	return operator.Config{
+		Options: controller.Options{
+			Model: model.Config{
+				PoolCIDR:            model.DefaultPoolCIDR,
+				InternalSourceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+			},
+			Render: children.Options{AgentImage: "agent:test", StrongSwanImage: "strongswan:test", ImagePullPolicy: corev1.PullNever},
+		},
+		Concurrency: 4,
+		MetricsAddr: "0",
+		HealthAddr:  "0",
+
+		SkipControllerNameValidation: true,
+	}
+}
+
+// startOperator runs the operator against env until the returned stop is called (or the test ends).
+func startOperator(t testing.TB, cfg operator.Config, restCfg *rest.Config) (stop func()) {
+	t.Helper()
+	if restCfg == nil {
+		restCfg = env.Config
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, err := operator.NewManager(ctx, restCfg, cfg)
+	if err != nil {
+		cancel()
+		t.Fatalf("operator: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var stopped atomic.Bool
+	stop = func() {
+		if stopped.Swap(true) {
+			return
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("operator stopped with error: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+var nsCounter atomic.Int32
+
+// namespace creates a fresh namespace for one test.
+func namespace(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("t%d-%s", nsCounter.Add(1), strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())))
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	name = strings.TrimRight(name, "-")
+	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// eventually polls cond until it returns nil or the deadline passes, then fails with its last error.
+func eventually(t testing.TB, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s: %v", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// condition reads a condition of obj from the API server.
+func condition(ctx context.Context, obj client.Object, t string) (*metav1.Condition, error) {
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return nil, err
+	}
+	var conds []metav1.Condition
+	switch o := obj.(type) {
+	case *vpnv1.VPNGateway:
+		conds = o.Status.Conditions
+	case *vpnv1.VPNPeer:
+		conds = o.Status.Conditions
+	}
+	c := meta.FindStatusCondition(conds, t)
+	if c == nil {
+		return nil, fmt.Errorf("%s %s has no %s condition yet", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), t)
+	}
+	return c, nil
+}
+
+// waitMessage waits until obj's condition t has the given status, reason and message.
+func waitMessage(t testing.TB, obj client.Object, typ string, status metav1.ConditionStatus, reason, message string) {
+	t.Helper()
+	eventually(t, 20*time.Second, func() error {
+		c, err := condition(context.Background(), obj, typ)
+		if err != nil {
+			return err
+		}
+		if c.Status != status || c.Reason != reason || c.Message != message {
+			return fmt.Errorf("%s %s: %s=%s/%s (%q), want %s/%s (%q)", obj.GetNamespace(), obj.GetName(), typ, c.Status, c.Reason, c.Message, status, reason, message)
+		}
+		return nil
+	})
+}
+
+// waitCondition waits until obj's condition t has the given status and reason, returning it.
+func waitCondition(t testing.TB, obj client.Object, typ string, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	t.Helper()
+	var got *metav1.Condition
+	eventually(t, 20*time.Second, func() error {
+		c, err := condition(context.Background(), obj, typ)
+		if err != nil {
+			return err
+		}
+		if c.Status != status || c.Reason != reason {
+			return fmt.Errorf("%s %s: %s=%s/%s (%q), want %s/%s", obj.GetNamespace(), obj.GetName(), typ, c.Status, c.Reason, c.Message, status, reason)
+		}
+		got = c
+		return nil
+	})
+	return got
+}
