@@ -12,9 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -44,8 +46,9 @@ type PeerReconciler struct {
 func (r *PeerReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&vpnv1.VPNPeer{}).
-		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(r.siblings)).
-		Watches(&vpnv1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.peersOfGateway)).
+		// Siblings and the gateway change a peer's decision through their spec (and existence) only.
+		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(r.siblings), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&vpnv1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.peersOfGateway), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.peersOfSecret)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("vpnpeer").

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"strings"
@@ -10,13 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"go.uber.org/zap/zapcore"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -32,7 +33,12 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(false), zap.Level(zapcore.ErrorLevel)))
+	// The operator's log is noise in a passing run; TEST_LOG=1 shows it.
+	logOut := io.Discard
+	if os.Getenv("TEST_LOG") != "" {
+		logOut = os.Stderr
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.Level(zapcore.InfoLevel)))
 	var err error
 	env, err = testenv.Start()
 	if err != nil {
@@ -43,8 +49,6 @@ func TestMain(m *testing.M) {
 	_ = env.Stop()
 	os.Exit(code)
 }
-
-
 
 // operatorConfig is the configuration tests run the operator with.
 func operatorConfig() operator.Config {
@@ -105,7 +109,32 @@ func namespace(t testing.TB) string {
 	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		t.Fatal(err)
 	}
+	// Registered after the test's operator started, so it runs while the operator still runs
+	// (cleanups run last-in first-out) and the gateways' finalizers are honoured.
+	t.Cleanup(func() { deleteAll(t, name) })
 	return name
+}
+
+// deleteAll deletes the namespace's gateways and peers so later tests' operators do not work
+// on them (envtest has no namespace controller). The test's operator may already be stopped,
+// so finalizers are removed here; tests that check the operator's release do so themselves.
+func deleteAll(t testing.TB, ns string) {
+	ctx := context.Background()
+	_ = env.Client.DeleteAllOf(ctx, &vpnv1.VPNPeer{}, client.InNamespace(ns))
+	_ = env.Client.DeleteAllOf(ctx, &vpnv1.VPNGateway{}, client.InNamespace(ns))
+	var list vpnv1.VPNGatewayList
+	if err := env.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		t.Errorf("cleanup of %s: %v", ns, err)
+		return
+	}
+	for i := range list.Items {
+		gw := &list.Items[i]
+		patch := client.MergeFrom(gw.DeepCopy())
+		gw.Finalizers = nil
+		if err := env.Client.Patch(ctx, gw, patch); client.IgnoreNotFound(err) != nil {
+			t.Errorf("cleanup of %s/%s: %v", ns, gw.Name, err)
+		}
+	}
 }
 
 // eventually polls cond until it returns nil or the deadline passes, then fails with its last error.

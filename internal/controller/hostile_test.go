@@ -1,0 +1,769 @@
+package controller_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+)
+
+// TestHostileObjects throws hostile and invalid VPNGateways and VPNPeers at the real API server
+// with the operator running, and pins down exactly what each one gets:
+//   - rejected: the create (or, for immutable fields, the update) fails as Invalid, naming the
+//     offending field and carrying the message of the marker that guards it, and nothing is stored;
+//   - answered: the API server accepts it and the operator answers with one specific False
+//     condition; an invalid brand-new gateway renders nothing at all (no partial render).
+//
+// Afterwards a well-formed gateway and peer still converge (the operator neither crashed nor
+// wedged its caches on anything it was fed) and the operator stops without error.
+func TestHostileObjects(t *testing.T) {
+	stop := startOperator(t, operatorConfig(), nil)
+	var outcomes hostileOutcomes
+
+	t.Run("rejected", func(t *testing.T) {
+		ns := namespace(t)
+		for i, c := range hostileRejections() {
+			t.Run(c.name, func(t *testing.T) {
+				outcomes.set(c.name, "rejected: "+c.check(t, ns, fmt.Sprintf("h%02d", i)))
+			})
+		}
+	})
+
+	t.Run("accepted-controls", func(t *testing.T) {
+		// Well-formed objects near the edges of the markers: the validation above must not
+		// over-reject. Server-side dry run: validated exactly like a create, nothing stored.
+		ns := namespace(t)
+		for i, c := range hostileControls() {
+			t.Run(c.name, func(t *testing.T) {
+				obj := c.obj(ns, fmt.Sprintf("c%02d", i))
+				if err := env.Client.Create(context.Background(), obj, client.DryRunAll); err != nil {
+					t.Fatalf("well-formed object rejected: %v", err)
+				}
+				outcomes.set("control/"+c.name, "accepted")
+			})
+		}
+	})
+
+	t.Run("answered", func(t *testing.T) {
+		for _, c := range hostileAnswers() {
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				outcomes.set(c.name, "condition: "+c.run(t, namespace(t)))
+			})
+		}
+	})
+
+	t.Run("operator-still-converges", func(t *testing.T) {
+		ns := namespace(t)
+		gw := hostileGateway(ns, "gw")
+		p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, nil)
+		create(t, gw, pskSecret(ns, "p"), p)
+		waitCondition(t, gw, vpnv1.ConditionConfigValid, metav1.ConditionTrue, controller.ReasonValid)
+		waitCondition(t, gw, vpnv1.ConditionRendered, metav1.ConditionTrue, controller.ReasonApplied)
+		waitCondition(t, p, vpnv1.ConditionAuthorized, metav1.ConditionTrue, model.ReasonDefaultAllow)
+		waitCondition(t, p, controller.ConditionCredentialsReady, metav1.ConditionTrue, controller.ReasonSecretsPresent)
+	})
+
+	// Every subtest (and its namespace cleanup, which needs the operator) is done: stop the
+	// operator here so that an error it stops with fails this test.
+	stop()
+	outcomes.log(t)
+}
+
+// ---------------------------------------------------------------------------------------------
+// (a) rejected by the API server
+
+// hostileRejection is one object the API server must refuse.
+type hostileRejection struct {
+	name string
+	// obj builds the object (name is a fresh, valid object name the case may ignore).
+	obj func(ns, name string) client.Object
+	// update, when set, makes this an update case: obj must be created, then update is applied
+	// to the stored object and the update must be rejected.
+	update func(client.Object)
+	// field is the field path the error must name ("" for a rule on the object's root, whose
+	// message then names the field itself); msg a fragment of the expected message.
+	field, msg string
+}
+
+// check runs the case and returns the matching message.
+func (c hostileRejection) check(t *testing.T, ns, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	obj := c.obj(ns, name)
+	var err error
+	if c.update == nil {
+		err = env.Client.Create(ctx, obj)
+	} else {
+		if err := env.Client.Create(ctx, obj); err != nil {
+			t.Fatalf("creating the valid object to update: %v", err)
+		}
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+				return err
+			}
+			c.update(obj)
+			return env.Client.Update(ctx, obj)
+		})
+	}
+	if err == nil {
+		t.Fatalf("accepted by the API server; want Invalid naming %q with %q", c.field, c.msg)
+	}
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("error is not Invalid (reason %q): %v", apierrors.ReasonForError(err), err)
+	}
+	if c.field != "" && !strings.Contains(err.Error(), c.field) {
+		t.Errorf("error does not name field %q: %v", c.field, err)
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		t.Fatalf("error carries no status details: %v", err)
+	}
+	var found string
+	for _, cause := range status.Status().Details.Causes {
+		field := cause.Field
+		if field == "<nil>" {
+			field = ""
+		}
+		if field == c.field && strings.Contains(cause.Message, c.msg) {
+			found = cause.Message
+			break
+		}
+	}
+	if found == "" {
+		t.Fatalf("no cause at field %q containing %q; got %v", c.field, c.msg, err)
+	}
+	if c.update == nil { // nothing was stored
+		got := obj.DeepCopyObject().(client.Object)
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), got); !apierrors.IsNotFound(err) {
+			t.Errorf("rejected object is readable (err %v)", err)
+		}
+	}
+	if c.field != "" {
+		return c.field + ": " + found
+	}
+	return found
+}
+
+// Patterns and messages of the markers in api/vpn/v1alpha1 the cases expect.
+const (
+	patName      = `should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'`
+	patProposal  = `should match '^[a-z0-9]+(-[a-z0-9_]+)*$'`
+	patIKEID     = `should match '^[A-Za-z0-9@._:=,+/* -]+$'`
+	patSecret    = `should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'`
+	patWGKey     = `should match '^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$'`
+	patWGEnd     = `should match '^[A-Za-z0-9.-]+:[0-9]{1,5}$'`
+	patNode      = `should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'`
+	patService   = `should match '^[a-z]([-a-z0-9]*[a-z0-9])?$'`
+	msgDuration  = "must be a non-negative duration such as 30s, 1h or 4h30m, at most 8760h"
+	msgTargetOne = "exactly one of address or service must be set"
+	msgEndpoint  = "exactly one of floatingIPPool, floatingIP, loadBalancer or hostNetwork must be set"
+	msgPeerOne   = "exactly one of ipsec or wireguard must be set"
+	msgSubnets   = "remoteSubnets must be IPv4 network addresses in CIDR notation"
+	msgWGSubnets = "subnets must be IPv4 network addresses in CIDR notation"
+	msgPeerAddr  = "address must be an IP address, a DNS name or %any"
+)
+
+func hostileRejections() []hostileRejection {
+	long := func(n int) string { return strings.Repeat("a", n) }
+	ports := func(ps ...vpnv1.PortSpec) []vpnv1.PortSpec { return ps }
+	setDuration := func(value string, path ...string) func(map[string]any) {
+		return func(m map[string]any) { mustSet(m, value, path...) }
+	}
+	return []hostileRejection{
+		// --- VPNGateway: protocol and mode
+		{name: "gateway/protocol-change-on-update", obj: gatewayWith(nil),
+			update: func(o client.Object) { o.(*vpnv1.VPNGateway).Spec.Protocol = vpnv1.ProtocolWireGuard },
+			field:  "spec.protocol", msg: "protocol is immutable; delete and recreate the gateway to change it"},
+		{name: "gateway/protocol-not-in-enum", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Protocol = "gre" }),
+			field: "spec.protocol", msg: `Unsupported value: "gre": supported values: "ipsec", "wireguard"`},
+		{name: "gateway/mode-not-in-enum", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Mode = "bridge" }),
+			field: "spec.mode", msg: `Unsupported value: "bridge": supported values: "snat", "routed"`},
+
+		// --- endpoint
+		{name: "gateway/endpoint-none", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Endpoint = vpnv1.Endpoint{} }),
+			field: "spec.endpoint", msg: msgEndpoint},
+		{name: "gateway/endpoint-two-variants", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Endpoint.LoadBalancer = &vpnv1.LoadBalancerEndpoint{}
+		}), field: "spec.endpoint", msg: msgEndpoint},
+		{name: "gateway/endpoint-floatingIP-not-ipv4", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Endpoint = vpnv1.Endpoint{FloatingIP: "2001:db8::1"}
+		}), field: "spec.endpoint.floatingIP", msg: "floatingIP must be an IPv4 address"},
+		{name: "gateway/endpoint-node-name-injection", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Endpoint.HostNetwork.NodeName = "node-1; rm -rf /"
+		}), field: "spec.endpoint.hostNetwork.nodeName", msg: patNode},
+
+		// --- serviceCIDR
+		{name: "gateway/serviceCIDR-outside-cgnat", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.ServiceCIDR = "10.0.0.0/24" }),
+			field: "spec.serviceCIDR", msg: "serviceCIDR must lie inside 100.64.0.0/10"},
+		{name: "gateway/serviceCIDR-host-bits", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.ServiceCIDR = "100.120.0.1/24" }),
+			field: "spec.serviceCIDR", msg: "serviceCIDR must be a network address (no host bits set)"},
+		{name: "gateway/serviceCIDR-ipv6", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.ServiceCIDR = "fd00:64::/64" }),
+			field: "spec.serviceCIDR", msg: "serviceCIDR must be an IPv4 CIDR such as 100.64.12.0/24"},
+		{name: "gateway/serviceCIDR-slash8", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.ServiceCIDR = "100.0.0.0/8" }),
+			field: "spec.serviceCIDR", msg: "serviceCIDR prefix length must be between /16 and /28"},
+		{name: "gateway/serviceCIDR-slash30", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.ServiceCIDR = "100.120.0.0/30" }),
+			field: "spec.serviceCIDR", msg: "serviceCIDR prefix length must be between /16 and /28"},
+		{name: "gateway/serviceCIDR-garbage", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.ServiceCIDR = "100.64.x.0/24" }),
+			field: "spec.serviceCIDR", msg: "serviceCIDR must be an IPv4 CIDR such as 100.64.12.0/24"},
+		{name: "gateway/serviceCIDR-change-after-set", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.ServiceCIDR = "100.120.200.0/24" }),
+			update: func(o client.Object) { o.(*vpnv1.VPNGateway).Spec.ServiceCIDR = "100.120.201.0/24" },
+			field:  "spec.serviceCIDR", msg: "serviceCIDR cannot be changed or removed once set"},
+		{name: "gateway/serviceCIDR-removal-after-set", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.ServiceCIDR = "100.120.202.0/24" }),
+			update: func(o client.Object) { o.(*vpnv1.VPNGateway).Spec.ServiceCIDR = "" },
+			field:  "spec.serviceCIDR", msg: "serviceCIDR cannot be changed or removed once set"},
+
+		// --- exposures
+		{name: "gateway/exposure-name-uppercase", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Name = "API" }),
+			field: "spec.exposures[0].name", msg: patName},
+		{name: "gateway/exposure-name-too-long", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Name = long(64) }),
+			field: "spec.exposures[0].name", msg: "Too long: may not be more than 63"},
+		{name: "gateway/exposure-name-newline", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Name = "api\n" }),
+			field: "spec.exposures[0].name", msg: patName},
+		{name: "gateway/exposure-names-duplicate", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Exposures = append(g.Spec.Exposures, g.Spec.Exposures[0])
+			g.Spec.Exposures[1].Target.Address = "192.0.2.99"
+		}), field: "spec.exposures[1]", msg: "Duplicate value"},
+		{name: "gateway/exposure-name-equals-reverse-exposure", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.ReverseExposures = []vpnv1.ReverseExposure{{Name: "api", Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: ports(vpnv1.PortSpec{Port: 22})}}}
+		}), field: "spec.reverseExposures", msg: "exposure and reverse exposure names must be distinct"},
+		{name: "gateway/port-0", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports[0].Port = 0 }),
+			field: "spec.exposures[0].target.ports[0].port", msg: "should be greater than or equal to 1"},
+		{name: "gateway/port-65536", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports[0].Port = 65536 }),
+			field: "spec.exposures[0].target.ports[0].port", msg: "should be less than or equal to 65535"},
+		{name: "gateway/targetPort-65536", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports[0].TargetPort = 65536 }),
+			field: "spec.exposures[0].target.ports[0].targetPort", msg: "should be less than or equal to 65535"},
+		{name: "gateway/port-protocol-not-in-enum", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports[0].Protocol = "SCTP" }),
+			field: "spec.exposures[0].target.ports[0].protocol", msg: `Unsupported value: "SCTP"`},
+		{name: "gateway/ports-udp-duplicate", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Exposures[0].Target.Ports = ports(vpnv1.PortSpec{Port: 53, Protocol: "UDP"}, vpnv1.PortSpec{Port: 53, Protocol: "TCP"}, vpnv1.PortSpec{Port: 53, Protocol: "UDP", TargetPort: 5353})
+		}), field: "spec.exposures[0].target.ports", msg: "ports must be unique per protocol"},
+		{name: "gateway/ports-tcp-duplicate-via-default", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Exposures[0].Target.Ports = ports(vpnv1.PortSpec{Port: 443}, vpnv1.PortSpec{Port: 443, Protocol: "TCP"})
+		}), field: "spec.exposures[0].target.ports", msg: "ports must be unique per protocol"},
+		{name: "gateway/ports-empty", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports = []vpnv1.PortSpec{} }),
+			field: "spec.exposures[0].target.ports", msg: "should have at least 1 items"},
+		{name: "gateway/target-address-and-service", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Exposures[0].Target.Service = &vpnv1.ServiceRef{Name: "api"}
+		}), field: "spec.exposures[0].target", msg: msgTargetOne},
+		{name: "gateway/target-neither-address-nor-service", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Address = "" }),
+			field: "spec.exposures[0].target", msg: msgTargetOne},
+		{name: "gateway/target-service-name-injection", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Exposures[0].Target = vpnv1.ExposureTarget{Service: &vpnv1.ServiceRef{Name: "../kube-system/api"}, Ports: ports(vpnv1.PortSpec{Port: 443})}
+		}), field: "spec.exposures[0].target.service.name", msg: patService},
+		{name: "gateway/virtualIP-not-an-ip", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].VirtualIP = "100.64.0.300" }),
+			field: "spec.exposures[0].virtualIP", msg: "virtualIP must be an IPv4 address"},
+		{name: "gateway/target-address-ipv6", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Address = "2001:db8::10" }),
+			field: "spec.exposures[0].target.address", msg: "address must be an IPv4 address"},
+		{name: "gateway/reverse-target-not-an-ip", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.ReverseExposures = []vpnv1.ReverseExposure{{Name: "erp", Target: vpnv1.ReverseExposureTarget{Address: "erp.local", Ports: ports(vpnv1.PortSpec{Port: 22})}}}
+		}), field: "spec.reverseExposures[0].target.address", msg: "address must be an IPv4 address"},
+		{name: "gateway/65-exposures", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Exposures = nil
+			for i := range 65 {
+				g.Spec.Exposures = append(g.Spec.Exposures, vpnv1.Exposure{Name: fmt.Sprintf("e%d", i),
+					Target: vpnv1.ExposureTarget{Address: fmt.Sprintf("192.0.2.%d", i+1), Ports: ports(vpnv1.PortSpec{Port: 443})}})
+			}
+		}), field: "spec.exposures", msg: "must have at most 64 items"},
+
+		// --- protocol sections
+		{name: "gateway/ipsec-settings-on-wireguard-gateway", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Protocol = vpnv1.ProtocolWireGuard
+			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{LocalID: "gw.example.com"}
+		}), field: "spec.ipsec", msg: "ipsec settings are not allowed on a wireguard gateway"},
+		{name: "gateway/wireguard-settings-on-ipsec-gateway", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.WireGuard = &vpnv1.WireGuardGatewaySettings{ListenPort: 51820}
+		}), field: "spec.wireguard", msg: "wireguard settings are not allowed on an ipsec gateway"},
+		{name: "gateway/ike-proposal-config-injection", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{Proposals: []string{"aes256;}\n include /etc/passwd"}}}
+		}), field: "spec.ipsec.ike.proposals[0]", msg: patProposal},
+		{name: "gateway/ike-proposal-quote", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{Proposals: []string{`aes256-sha256" remote_addrs = "0.0.0.0/0`}}}
+		}), field: "spec.ipsec.ike.proposals[0]", msg: patProposal},
+		{name: "gateway/ike-proposal-braces", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{Proposals: []string{"aes256-sha256-modp2048", "}{"}}}
+		}), field: "spec.ipsec.ike.proposals[1]", msg: patProposal},
+		{name: "gateway/ike-version-3", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{Version: 3}}
+		}), field: "spec.ipsec.ike.version", msg: "Unsupported value: 3"},
+		{name: "gateway/dpd-action-not-in-enum", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{DPD: &vpnv1.DPDSettings{Action: "exec /bin/sh"}}}
+		}), field: "spec.ipsec.ike.dpd.action", msg: `Unsupported value: "exec /bin/sh"`},
+		{name: "gateway/localID-newline", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{LocalID: "gw.example.com\n  auth = psk"}
+		}), field: "spec.ipsec.localID", msg: patIKEID},
+		{name: "gateway/localID-braces", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{LocalID: "gw.example.com } children {"}
+		}), field: "spec.ipsec.localID", msg: patIKEID},
+		{name: "gateway/ike-rekeyTime-garbage", obj: gatewayRawWith(setDuration("four hours", "spec", "ipsec", "ike", "rekeyTime")),
+			field: "spec.ipsec.ike.rekeyTime", msg: msgDuration},
+		{name: "gateway/ike-reauthTime-negative", obj: gatewayRawWith(setDuration("-1h", "spec", "ipsec", "ike", "reauthTime")),
+			field: "spec.ipsec.ike.reauthTime", msg: msgDuration},
+		{name: "gateway/dpd-delay-overflow", obj: gatewayRawWith(setDuration("99999999999h", "spec", "ipsec", "ike", "dpd", "delay")),
+			field: "spec.ipsec.ike.dpd.delay", msg: msgDuration},
+		{name: "gateway/wireguard-mtu-100", obj: wgGatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.WireGuard.MTU = 100 }),
+			field: "spec.wireguard.mtu", msg: "should be greater than or equal to 1280"},
+		{name: "gateway/wireguard-listenPort-70000", obj: wgGatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.WireGuard.ListenPort = 70000 }),
+			field: "spec.wireguard.listenPort", msg: "should be less than or equal to 65535"},
+		{name: "gateway/wireguard-private-key-ref-uppercase", obj: wgGatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.WireGuard.PrivateKeySecretRef = &vpnv1.SecretKeyRef{Name: "GW-Key", Key: "privateKey"}
+		}), field: "spec.wireguard.privateKeySecretRef.name", msg: patSecret},
+
+		// --- names
+		{name: "gateway/name-41-chars", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Name = long(41) }),
+			field: "", msg: "metadata.name must be a DNS label of at most 40 characters (children are named after it)"},
+		{name: "gateway/reverse-exposure-service-name-too-long", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Name = long(40)
+			g.Spec.ReverseExposures = []vpnv1.ReverseExposure{{Name: strings.Repeat("r", 23), Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: ports(vpnv1.PortSpec{Port: 22})}}}
+		}), field: "spec.reverseExposures", msg: "gateway name plus reverse exposure name must fit a 63-character Service name"},
+
+		// --- VPNPeer
+		{name: "peer/gatewayRef-change-on-update", obj: peerWith(nil),
+			update: func(o client.Object) { o.(*vpnv1.VPNPeer).Spec.GatewayRef = "other" },
+			field:  "spec.gatewayRef", msg: "gatewayRef is immutable; delete and recreate the peer to move it"},
+		{name: "peer/both-ipsec-and-wireguard", obj: peerWith(func(p *vpnv1.VPNPeer) {
+			p.Spec.WireGuard = wireguardPeer("", "", "", []string{"10.30.0.0/16"}).Spec.WireGuard
+		}), field: "spec", msg: msgPeerOne},
+		{name: "peer/neither-ipsec-nor-wireguard", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec = nil }),
+			field: "spec", msg: msgPeerOne},
+		{name: "peer/name-64-chars", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Name = long(64) }),
+			field: "", msg: "metadata.name must be at most 63 characters"},
+		{name: "peer/gatewayRef-uppercase", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.GatewayRef = "GW" }),
+			field: "spec.gatewayRef", msg: patName},
+		{name: "peer/remote-subnet-not-a-cidr", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"10.20.0.0"} }),
+			field: "spec.ipsec.remoteSubnets", msg: msgSubnets},
+		{name: "peer/remote-subnet-host-bits", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"10.20.0.0/16", "10.30.0.1/16"} }),
+			field: "spec.ipsec.remoteSubnets", msg: msgSubnets},
+		{name: "peer/remote-subnet-ipv6", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"2001:db8::/32"} }),
+			field: "spec.ipsec.remoteSubnets", msg: msgSubnets},
+		{name: "peer/remote-subnets-duplicate", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"10.20.0.0/16", "10.20.0.0/16"} }),
+			field: "spec.ipsec.remoteSubnets[1]", msg: "Duplicate value"},
+		{name: "peer/wireguard-subnet-garbage", obj: wgPeerWith(func(p *vpnv1.VPNPeer) { p.Spec.WireGuard.Subnets = []string{"0/0; drop"} }),
+			field: "spec.wireguard.subnets", msg: msgWGSubnets},
+		{name: "peer/wireguard-public-key-wrong-length", obj: wgPeerWith(func(p *vpnv1.VPNPeer) {
+			p.Spec.WireGuard.PublicKey = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8D="
+		}), field: "spec.wireguard.publicKey", msg: patWGKey},
+		{name: "peer/wireguard-public-key-garbage", obj: wgPeerWith(func(p *vpnv1.VPNPeer) {
+			p.Spec.WireGuard.PublicKey = "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!A="
+		}), field: "spec.wireguard.publicKey", msg: patWGKey},
+		{name: "peer/wireguard-public-key-not-32-bytes", obj: wgPeerWith(func(p *vpnv1.VPNPeer) {
+			// 44 base64 characters whose last character carries bits beyond 32 bytes.
+			p.Spec.WireGuard.PublicKey = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dh="
+		}), field: "spec.wireguard.publicKey", msg: patWGKey},
+		{name: "peer/address-with-space-and-brace", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.Address = "1.2.3.4 }" }),
+			field: "spec.ipsec.peer.address", msg: msgPeerAddr},
+		{name: "peer/address-config-injection", obj: peerWith(func(p *vpnv1.VPNPeer) {
+			p.Spec.IPsec.Peer.Address = "vpn.example.com\n    remote_addrs = 0.0.0.0/0"
+		}), field: "spec.ipsec.peer.address", msg: msgPeerAddr},
+		{name: "peer/id-newline", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = "client.example.com\n  id = %any" }),
+			field: "spec.ipsec.peer.id", msg: patIKEID},
+		{name: "peer/id-quote", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = `client"` }),
+			field: "spec.ipsec.peer.id", msg: patIKEID},
+		{name: "peer/esp-proposal-injection", obj: peerWith(func(p *vpnv1.VPNPeer) {
+			p.Spec.IPsec.ESP.Proposals = []string{"aes256gcm16 # }"}
+		}), field: "spec.ipsec.esp.proposals[0]", msg: patProposal},
+		{name: "peer/esp-rekeyTime-garbage", obj: peerRawWith(setDuration("1 hour", "spec", "ipsec", "esp", "rekeyTime")),
+			field: "spec.ipsec.esp.rekeyTime", msg: msgDuration},
+		{name: "peer/psk-secret-name-uppercase", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.PSKSecretRef.Name = "Client-PSK" }),
+			field: "spec.ipsec.pskSecretRef.name", msg: patSecret},
+		{name: "peer/psk-secret-name-slashes", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.PSKSecretRef.Name = "../kube-system/psk" }),
+			field: "spec.ipsec.pskSecretRef.name", msg: patSecret},
+		{name: "peer/psk-secret-key-slash", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.PSKSecretRef.Key = "../psk" }),
+			field: "spec.ipsec.pskSecretRef.key", msg: `should match '^[-._a-zA-Z0-9]+$'`},
+		{name: "peer/authorization-65-exposures", obj: peerWith(func(p *vpnv1.VPNPeer) {
+			a := &vpnv1.Authorization{}
+			for i := range 65 {
+				a.Exposures = append(a.Exposures, fmt.Sprintf("e%d", i))
+			}
+			p.Spec.Authorization = a
+		}), field: "spec.authorization.exposures", msg: "must have at most 64 items"},
+		{name: "peer/authorization-name-newline", obj: peerWith(func(p *vpnv1.VPNPeer) {
+			p.Spec.Authorization = &vpnv1.Authorization{ReverseExposures: []string{"erp\n"}}
+		}), field: "spec.authorization.reverseExposures[0]", msg: patName},
+		{name: "peer/persistentKeepalive-negative", obj: wgPeerWith(func(p *vpnv1.VPNPeer) { p.Spec.WireGuard.PersistentKeepalive = ptrTo[int32](-1) }),
+			field: "spec.wireguard.persistentKeepalive", msg: "should be greater than or equal to 0"},
+		{name: "peer/wireguard-endpoint-garbage", obj: wgPeerWith(func(p *vpnv1.VPNPeer) { p.Spec.WireGuard.Endpoint = "peer.example.com; reboot" }),
+			field: "spec.wireguard.endpoint", msg: patWGEnd},
+		{name: "peer/wireguard-endpoint-port-99999", obj: wgPeerWith(func(p *vpnv1.VPNPeer) { p.Spec.WireGuard.Endpoint = "198.51.100.7:99999" }),
+			field: "spec.wireguard.endpoint", msg: "endpoint port must be between 1 and 65535"},
+		{name: "peer/wireguard-endpoint-port-0", obj: wgPeerWith(func(p *vpnv1.VPNPeer) { p.Spec.WireGuard.Endpoint = "198.51.100.7:0" }),
+			field: "spec.wireguard.endpoint", msg: "endpoint port must be between 1 and 65535"},
+	}
+}
+
+// hostileGateway is the well-formed IPsec gateway every gateway case starts from.
+func hostileGateway(ns, name string) *vpnv1.VPNGateway {
+	return &vpnv1.VPNGateway{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: vpnv1.VPNGatewaySpec{
+			Protocol: vpnv1.ProtocolIPsec,
+			Endpoint: vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.10"}},
+			Exposures: []vpnv1.Exposure{
+				{Name: "api", Target: vpnv1.ExposureTarget{Address: "192.0.2.10", Ports: []vpnv1.PortSpec{{Port: 443}}}},
+			},
+		},
+	}
+}
+
+func hostileWireGuardGateway(ns, name string) *vpnv1.VPNGateway {
+	g := hostileGateway(ns, name)
+	g.Spec.Protocol = vpnv1.ProtocolWireGuard
+	g.Spec.WireGuard = &vpnv1.WireGuardGatewaySettings{ListenPort: 51820}
+	return g
+}
+
+func gatewayWith(mut func(*vpnv1.VPNGateway)) func(ns, name string) client.Object {
+	return func(ns, name string) client.Object {
+		g := hostileGateway(ns, name)
+		if mut != nil {
+			mut(g)
+		}
+		return g
+	}
+}
+
+func wgGatewayWith(mut func(*vpnv1.VPNGateway)) func(ns, name string) client.Object {
+	return func(ns, name string) client.Object {
+		g := hostileWireGuardGateway(ns, name)
+		mut(g)
+		return g
+	}
+}
+
+func peerWith(mut func(*vpnv1.VPNPeer)) func(ns, name string) client.Object {
+	return func(ns, name string) client.Object {
+		p := ipsecPeer(ns, name, "gw", []string{"10.20.0.0/16"}, nil)
+		if mut != nil {
+			mut(p)
+		}
+		return p
+	}
+}
+
+func wgPeerWith(mut func(*vpnv1.VPNPeer)) func(ns, name string) client.Object {
+	return func(ns, name string) client.Object {
+		p := wireguardPeer(ns, name, "gw", []string{"10.30.0.0/16"})
+		mut(p)
+		return p
+	}
+}
+
+// gwRaw and peerRaw build the object as unstructured JSON, for values the Go types cannot
+// hold (a duration that does not parse): exactly what kubectl apply could send.
+func gatewayRawWith(mut func(map[string]any)) func(ns, name string) client.Object {
+	return func(ns, name string) client.Object {
+		return toUnstructured(hostileGateway(ns, name), "VPNGateway", mut)
+	}
+}
+
+func peerRawWith(mut func(map[string]any)) func(ns, name string) client.Object {
+	return func(ns, name string) client.Object {
+		return toUnstructured(ipsecPeer(ns, name, "gw", []string{"10.20.0.0/16"}, nil), "VPNPeer", mut)
+	}
+}
+
+func toUnstructured(o client.Object, kind string, mut func(map[string]any)) *unstructured.Unstructured {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+	if err != nil {
+		panic(err)
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(vpnv1.GroupVersion.WithKind(kind))
+	mut(u.Object)
+	return u
+}
+
+func mustSet(m map[string]any, value any, path ...string) {
+	if err := unstructured.SetNestedField(m, value, path...); err != nil {
+		panic(err)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// ---------------------------------------------------------------------------------------------
+// accepted controls
+
+type hostileControl struct {
+	name string
+	obj  func(ns, name string) client.Object
+}
+
+func hostileControls() []hostileControl {
+	setDuration := func(value string, path ...string) func(map[string]any) {
+		return func(m map[string]any) { mustSet(m, value, path...) }
+	}
+	return []hostileControl{
+		{"gateway/baseline", gatewayWith(nil)},
+		{"gateway/wireguard-baseline", wgGatewayWith(func(*vpnv1.VPNGateway) {})},
+		{"gateway/serviceCIDR-slash16-and-slash28", gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.ServiceCIDR = "100.127.240.0/28" })},
+		{"gateway/name-40-chars-reverse-exposure-22-chars", gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Name = strings.Repeat("a", 40)
+			g.Spec.ReverseExposures = []vpnv1.ReverseExposure{{Name: strings.Repeat("r", 22), Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: []vpnv1.PortSpec{{Port: 22}}}}}
+		})},
+		{"gateway/ports-same-number-tcp-and-udp", gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Exposures[0].Target.Ports = []vpnv1.PortSpec{{Port: 53, Protocol: "TCP"}, {Port: 53, Protocol: "UDP"}}
+		})},
+		{"gateway/ike-settings-full", gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{LocalID: "C=DE, O=bnerd, CN=gw.example.com", IKE: vpnv1.IKESettings{
+				Proposals: []string{"aes256gcm16-prfsha256-ecp256", "aes256-sha256-modp2048"},
+				DPD:       &vpnv1.DPDSettings{Delay: &metav1.Duration{Duration: 30 * time.Second}, Action: "clear"},
+				RekeyTime: &metav1.Duration{Duration: 4*time.Hour + 30*time.Minute}, ReauthTime: &metav1.Duration{},
+			}}
+		})},
+		{"gateway/durations-as-typed", gatewayRawWith(setDuration("1.5h", "spec", "ipsec", "ike", "rekeyTime"))},
+		{"gateway/duration-zero", gatewayRawWith(setDuration("0", "spec", "ipsec", "ike", "reauthTime"))},
+		{"peer/baseline", peerWith(nil)},
+		{"peer/address-dns-name", peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.Address = "vpn.client-1.example.com" })},
+		{"peer/address-any", peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.Address = "%any" })},
+		{"peer/address-ipv6", peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.Address = "2001:db8::7" })},
+		{"peer/id-distinguished-name", peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = "C=DE, O=Client, CN=*.example.com" })},
+		{"peer/esp-rekeyTime", peerRawWith(setDuration("45m", "spec", "ipsec", "esp", "rekeyTime"))},
+		{"peer/authorization-64-names", peerWith(func(p *vpnv1.VPNPeer) {
+			a := &vpnv1.Authorization{}
+			for i := range 64 {
+				a.Exposures = append(a.Exposures, fmt.Sprintf("e%d", i))
+			}
+			p.Spec.Authorization = a
+		})},
+		{"peer/wireguard-endpoint-and-keepalive", wgPeerWith(func(p *vpnv1.VPNPeer) {
+			p.Spec.WireGuard.Endpoint = "peer.example.com:65535"
+			p.Spec.WireGuard.PersistentKeepalive = ptrTo[int32](25)
+		})},
+		{"peer/wireguard-endpoint-port-1", wgPeerWith(func(p *vpnv1.VPNPeer) { p.Spec.WireGuard.Endpoint = "198.51.100.7:1" })},
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// (b) accepted by the API server, answered by the operator
+
+type hostileAnswer struct {
+	name string
+	// run builds the case in its own namespace, asserts the operator's answer and returns it.
+	run func(t *testing.T, ns string) string
+}
+
+func hostileAnswers() []hostileAnswer {
+	return []hostileAnswer{
+		{"gateway/mode-routed", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			g.Spec.Mode = vpnv1.ModeRouted
+			create(t, g)
+			return invalidGateway(t, g, vpnv1.ConditionConfigValid, model.ReasonModeNotImplemented, "spec.mode")
+		}},
+		{"gateway/virtualIP-outside-serviceCIDR", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			g.Spec.ServiceCIDR = "100.120.16.0/24"
+			g.Spec.Exposures[0].VirtualIP = "100.120.17.5"
+			create(t, g)
+			return invalidGateway(t, g, vpnv1.ConditionConfigValid, model.ReasonVirtualIPOutsideCIDR, "spec.exposures[0].virtualIP")
+		}},
+		{"gateway/two-exposures-same-virtualIP", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			g.Spec.ServiceCIDR = "100.120.24.0/24"
+			g.Spec.Exposures[0].VirtualIP = "100.120.24.10"
+			g.Spec.Exposures = append(g.Spec.Exposures, vpnv1.Exposure{Name: "db", VirtualIP: "100.120.24.10",
+				Target: vpnv1.ExposureTarget{Address: "192.0.2.11", Ports: []vpnv1.PortSpec{{Port: 5432}}}})
+			create(t, g)
+			return invalidGateway(t, g, vpnv1.ConditionConfigValid, model.ReasonVirtualIPConflict, "spec.exposures[1].virtualIP")
+		}},
+		{"gateway/virtualIP-is-gateway-own-address", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			g.Spec.ServiceCIDR = "100.120.28.0/24"
+			g.Spec.Exposures[0].VirtualIP = "100.120.28.1"
+			create(t, g)
+			return invalidGateway(t, g, vpnv1.ConditionConfigValid, model.ReasonVirtualIPConflict, "spec.exposures[0].virtualIP")
+		}},
+		{"gateway/target-service-missing", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			g.Spec.Exposures[0].Target = vpnv1.ExposureTarget{Service: &vpnv1.ServiceRef{Name: "missing-svc"}, Ports: []vpnv1.PortSpec{{Port: 443}}}
+			create(t, g)
+			return invalidGateway(t, g, vpnv1.ConditionConfigValid, model.ReasonTargetServiceNotFound, "missing-svc")
+		}},
+		{"gateway/target-address-unspecified", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			g.Spec.Exposures[0].Target.Address = "0.0.0.0"
+			create(t, g)
+			return invalidGateway(t, g, vpnv1.ConditionConfigValid, model.ReasonInvalidSpec, "spec.exposures[0].target.address")
+		}},
+		{"gateway/serviceCIDR-overlaps-another-gateway", func(t *testing.T, ns string) string {
+			first := hostileGateway(ns, "first")
+			first.Spec.ServiceCIDR = "100.120.32.0/24"
+			create(t, first)
+			waitCondition(t, first, vpnv1.ConditionAddressesAllocated, metav1.ConditionTrue, controller.ReasonAllocated)
+			second := hostileGateway(ns, "second")
+			second.Spec.ServiceCIDR = "100.120.32.0/23"
+			create(t, second)
+			out := invalidGateway(t, second, vpnv1.ConditionAddressesAllocated, controller.ReasonServiceCIDRConflict, "first")
+			// The first keeps its CIDR and its rendered configuration.
+			c := waitCondition(t, first, vpnv1.ConditionAddressesAllocated, metav1.ConditionTrue, controller.ReasonAllocated)
+			if !strings.Contains(c.Message, "100.120.32.0/24") {
+				t.Errorf("first gateway's AddressesAllocated message %q does not name its CIDR", c.Message)
+			}
+			waitCondition(t, first, vpnv1.ConditionRendered, metav1.ConditionTrue, controller.ReasonApplied)
+			if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: children.ConfigMapName("first")}, &corev1.ConfigMap{}); err != nil {
+				t.Errorf("first gateway's ConfigMap: %v", err)
+			}
+			return out + " (first stays Allocated)"
+		}},
+		{"peer/unknown-grant", func(t *testing.T, ns string) string {
+			create(t, hostileGateway(ns, "gw"), pskSecret(ns, "p"))
+			p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api", "nope"}})
+			create(t, p)
+			return peerCondition(t, p, vpnv1.ConditionAuthorized, model.ReasonUnknownGrant, "nope")
+		}},
+		{"peer/ipsec-peer-on-wireguard-gateway", func(t *testing.T, ns string) string {
+			create(t, hostileWireGuardGateway(ns, "gw"), pskSecret(ns, "p"))
+			p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, nil)
+			create(t, p)
+			return peerCondition(t, p, vpnv1.ConditionAuthorized, model.ReasonProtocolMismatch, "wireguard")
+		}},
+		{"peer/overlapping-subnets-younger-peer", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			older := ipsecPeer(ns, "a-older", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}})
+			create(t, g, pskSecret(ns, "a-older"), pskSecret(ns, "b-younger"), older)
+			waitCondition(t, older, vpnv1.ConditionAuthorized, metav1.ConditionTrue, model.ReasonAuthorized)
+			time.Sleep(1100 * time.Millisecond) // creation timestamps have second resolution
+			younger := ipsecPeer(ns, "b-younger", "gw", []string{"10.20.128.0/17"}, &vpnv1.Authorization{Exposures: []string{"api"}})
+			create(t, younger)
+			out := peerCondition(t, younger, vpnv1.ConditionAuthorized, model.ReasonSubnetConflict, "a-older")
+			waitCondition(t, older, vpnv1.ConditionAuthorized, metav1.ConditionTrue, model.ReasonAuthorized)
+			waitCondition(t, g, controller.ConditionGrantsValid, metav1.ConditionFalse, model.ReasonSubnetOverlap)
+			return out + " (older stays Authorized)"
+		}},
+		{"peer/reverse-exposure-granted-to-second-disjoint-peer", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			g.Spec.ReverseExposures = []vpnv1.ReverseExposure{{Name: "erp", Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: []vpnv1.PortSpec{{Port: 1433}}}}}
+			owner := ipsecPeer(ns, "owner", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{ReverseExposures: []string{"erp"}})
+			intruder := ipsecPeer(ns, "intruder", "gw", []string{"10.30.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}, ReverseExposures: []string{"erp"}})
+			create(t, g, pskSecret(ns, "owner"), pskSecret(ns, "intruder"), owner, intruder)
+			out := peerCondition(t, intruder, vpnv1.ConditionAuthorized, model.ReasonReverseExposureOutsideSubnets, "erp")
+			waitCondition(t, owner, vpnv1.ConditionAuthorized, metav1.ConditionTrue, model.ReasonAuthorized)
+			c := waitCondition(t, g, controller.ConditionGrantsValid, metav1.ConditionFalse, model.ReasonReverseExposureConflict)
+			for _, want := range []string{"erp", "owner", "intruder"} {
+				if !strings.Contains(c.Message, want) {
+					t.Errorf("gateway GrantsValid message %q does not name %q", c.Message, want)
+				}
+			}
+			return out + "; gateway GrantsValid=False/" + c.Reason
+		}},
+		{"peer/psk-secret-missing", func(t *testing.T, ns string) string {
+			create(t, hostileGateway(ns, "gw"))
+			p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, nil)
+			create(t, p)
+			return peerCondition(t, p, controller.ConditionCredentialsReady, controller.ReasonSecretNotFound, "p-psk")
+		}},
+		{"peer/psk-secret-key-missing", func(t *testing.T, ns string) string {
+			s := pskSecret(ns, "p")
+			s.Data = map[string][]byte{"pre-shared-key": []byte("wrong-key-name")}
+			create(t, hostileGateway(ns, "gw"), s)
+			p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, nil)
+			create(t, p)
+			return peerCondition(t, p, controller.ConditionCredentialsReady, controller.ReasonSecretKeyMissing, "psk")
+		}},
+		{"peer/psk-secret-key-empty", func(t *testing.T, ns string) string {
+			s := pskSecret(ns, "p")
+			s.Data = map[string][]byte{"psk": {}}
+			create(t, hostileGateway(ns, "gw"), s)
+			p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, nil)
+			create(t, p)
+			return peerCondition(t, p, controller.ConditionCredentialsReady, controller.ReasonSecretKeyMissing, "psk")
+		}},
+	}
+}
+
+// invalidGateway waits for the gateway's condition typ to be False with reason (its message
+// naming want), checks that Ready and Rendered say so too, and that nothing at all was rendered
+// for the brand-new gateway.
+func invalidGateway(t *testing.T, g *vpnv1.VPNGateway, typ, reason, want string) string {
+	t.Helper()
+	c := waitCondition(t, g, typ, metav1.ConditionFalse, reason)
+	if !strings.Contains(c.Message, want) {
+		t.Errorf("%s message %q does not name %q", typ, c.Message, want)
+	}
+	waitCondition(t, g, vpnv1.ConditionReady, metav1.ConditionFalse, reason)
+	waitCondition(t, g, vpnv1.ConditionRendered, metav1.ConditionFalse, controller.ReasonConfigInvalid)
+	ctx := context.Background()
+	for _, o := range []struct {
+		name string
+		obj  client.Object
+	}{
+		{children.ConfigMapName(g.Name), &corev1.ConfigMap{}},
+		{children.Name(g.Name), &appsv1.Deployment{}},
+		{children.Name(g.Name), &corev1.ServiceAccount{}},
+	} {
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: o.name}, o.obj)
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("%T %s exists for an invalid new gateway (partial render), err %v", o.obj, o.name, err)
+		}
+	}
+	return fmt.Sprintf("%s=False/%s, nothing rendered", typ, c.Reason)
+}
+
+// peerCondition waits for the peer's condition typ to be False with reason, its message naming want.
+func peerCondition(t *testing.T, p *vpnv1.VPNPeer, typ, reason, want string) string {
+	t.Helper()
+	c := waitCondition(t, p, typ, metav1.ConditionFalse, reason)
+	if !strings.Contains(c.Message, want) {
+		t.Errorf("%s message %q does not name %q", typ, c.Message, want)
+	}
+	return fmt.Sprintf("%s=False/%s", typ, c.Reason)
+}
+
+// ---------------------------------------------------------------------------------------------
+
+// hostileOutcomes collects each case's outcome for the summary table.
+type hostileOutcomes struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (o *hostileOutcomes) set(name, outcome string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil {
+		o.m = map[string]string{}
+	}
+	o.m[name] = outcome
+}
+
+func (o *hostileOutcomes) log(t *testing.T) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	names := make([]string, 0, len(o.m))
+	width := 0
+	for n := range o.m {
+		names = append(names, n)
+		width = max(width, len(n))
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d cases:\n", len(names))
+	for _, n := range names {
+		out := strings.ReplaceAll(o.m[n], "\n", `\n`)
+		if len(out) > 160 {
+			out = out[:157] + "..."
+		}
+		fmt.Fprintf(&b, "  %-*s -> %s\n", width, n, out)
+	}
+	t.Log(b.String())
+}
