@@ -765,5 +765,5 @@ func (o *hostileOutcomes) log(t *testing.T) {
 		}
 		fmt.Fprintf(&b, "  %-*s -> %s\n", width, n, out)
 	}
-	t.Log(b.String())
+	t.Logf("%s", b.String())
 }

@@ -177,7 +177,8 @@ func (r *PeerReconciler) credentials(ctx context.Context, peer *vpnv1.VPNPeer) (
 func (r *PeerReconciler) recordTransition(peer *vpnv1.VPNPeer, conds []metav1.Condition) {
 	was := meta.FindStatusCondition(peer.Status.Conditions, vpnv1.ConditionAuthorized)
 	now := meta.FindStatusCondition(conds, vpnv1.ConditionAuthorized)
-	if was != nil && was.Status == now.Status && was.Reason == now.Reason {
+	// A first grant is visible in the condition; events are for denials and for changes.
+	if (was == nil && now.Status == metav1.ConditionTrue) || (was != nil && was.Status == now.Status && was.Reason == now.Reason) {
 		return
 	}
 	kind := corev1.EventTypeNormal

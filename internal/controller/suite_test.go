@@ -140,6 +140,12 @@ func deleteAll(t testing.TB, ns string) {
 // eventually polls cond until it returns nil or the deadline passes, then fails with its last error.
 func eventually(t testing.TB, timeout time.Duration, cond func() error) {
 	t.Helper()
+	poll(t, timeout, 50*time.Millisecond, cond)
+}
+
+// poll is eventually with a chosen interval (for conditions that are expensive to check).
+func poll(t testing.TB, timeout, interval time.Duration, cond func() error) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		err := cond()
@@ -149,7 +155,7 @@ func eventually(t testing.TB, timeout time.Duration, cond func() error) {
 		if time.Now().After(deadline) {
 			t.Fatalf("condition not met within %s: %v", timeout, err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
 
