@@ -1,0 +1,140 @@
+package controller_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+)
+
+// readManifests returns the objects of a kustomization directory, following its resources.
+func readManifests(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(raw, &k); err != nil {
+		t.Fatal(err)
+	}
+	var out []*unstructured.Unstructured
+	for _, r := range k.Resources {
+		p := filepath.Join(dir, r)
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			out = append(out, readManifests(t, p)...)
+			continue
+		}
+		out = append(out, readYAML(t, p)...)
+	}
+	return out
+}
+
+func readYAML(t *testing.T, path string) []*unstructured.Unstructured {
+	t.Helper()
+	f, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*unstructured.Unstructured
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(f)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out
+		} else if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}
+
+// The manifests users install (config/default) are accepted by a real API server.
+func TestInstallManifestsAreValid(t *testing.T) {
+	ctx := context.Background()
+	objs := readManifests(t, filepath.Join(testenv.RepoRoot(), "config", "default"))
+	kinds := map[string]int{}
+	// Namespaces first, as kubectl applies them.
+	sort.SliceStable(objs, func(i, j int) bool { return objs[i].GetKind() == "Namespace" && objs[j].GetKind() != "Namespace" })
+	for _, u := range objs {
+		kinds[u.GetKind()]++
+		opts := []client.CreateOption{client.DryRunAll}
+		if u.GetKind() == "Namespace" {
+			opts = nil // the namespaced objects' dry runs need it to exist
+		}
+		if err := env.Client.Create(ctx, u, opts...); err != nil && !(u.GetKind() == "CustomResourceDefinition" && apierrors.IsAlreadyExists(err)) {
+			t.Errorf("%s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+	for _, k := range []string{"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "ServiceAccount", "Deployment", "Namespace"} {
+		if kinds[k] == 0 {
+			t.Errorf("config/default has no %s", k)
+		}
+	}
+}
+
+// The samples apply cleanly and reach the conditions their comments promise.
+func TestSamples(t *testing.T) {
+	startOperator(t, operatorConfig(), nil)
+	ctx := context.Background()
+	ns := namespace(t)
+	// The WireGuard sample exposes a Service by name.
+	create(t, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "globex-app"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 8080}}},
+	})
+	dir := filepath.Join(testenv.RepoRoot(), "config", "samples")
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if len(files) == 0 {
+		t.Fatal("no samples")
+	}
+	for _, f := range files {
+		for _, u := range readYAML(t, f) {
+			u.SetNamespace(ns)
+			if err := env.Client.Create(ctx, u); err != nil {
+				t.Fatalf("%s: %s %s: %v", filepath.Base(f), u.GetKind(), u.GetName(), err)
+			}
+		}
+	}
+	acme := &vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "acme-gw"}}
+	waitCondition(t, acme, vpnv1.ConditionRendered, metav1.ConditionTrue, controller.ReasonApplied)
+	waitCondition(t, acme, controller.ConditionGrantsValid, metav1.ConditionTrue, controller.ReasonNoConflicts)
+	for _, p := range []string{"acme-hq", "acme-branch"} {
+		peer := &vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: p}}
+		waitCondition(t, peer, vpnv1.ConditionAuthorized, metav1.ConditionTrue, model.ReasonAuthorized)
+		waitCondition(t, peer, controller.ConditionCredentialsReady, metav1.ConditionTrue, controller.ReasonSecretsPresent)
+	}
+	globex := &vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "globex-wg"}}
+	waitCondition(t, globex, vpnv1.ConditionRendered, metav1.ConditionTrue, controller.ReasonApplied)
+	waitCondition(t, &vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "globex-office"}},
+		vpnv1.ConditionAuthorized, metav1.ConditionTrue, model.ReasonDefaultAllow)
+	if globex.Status.ServiceCIDR != "100.64.200.0/24" {
+		t.Errorf("globex-wg service CIDR %q, want the requested 100.64.200.0/24", globex.Status.ServiceCIDR)
+	}
+}
