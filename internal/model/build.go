@@ -401,13 +401,19 @@ func buildExposures(gw *vpnv1.VPNGateway, services map[string]netip.Addr, out *G
 		out.Exposures = append(out.Exposures, x)
 	}
 
+	nextGatewayPort := uint16(ReverseGatewayPortBase)
 	for i, r := range gw.Spec.ReverseExposures {
 		f := fmt.Sprintf("spec.reverseExposures[%d]", i)
 		checkName(f+".name", r.Name)
+		ports := buildPorts(f+".target.ports", r.Target.Ports, errs)
+		for j := range ports {
+			ports[j].GatewayPort = nextGatewayPort
+			nextGatewayPort++
+		}
 		out.ReverseExposures = append(out.ReverseExposures, ReverseExposure{
 			Name:   r.Name,
 			Target: parseTarget(f+".target.address", r.Target.Address, errs),
-			Ports:  buildPorts(f+".target.ports", r.Target.Ports, errs),
+			Ports:  ports,
 		})
 	}
 	return namesOK

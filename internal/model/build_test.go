@@ -52,15 +52,15 @@ func TestBuildIPsec(t *testing.T) {
 	}
 	wantExp := []Exposure{
 		{Name: "internal-api", VirtualIP: netip.MustParseAddr("100.64.3.40"), Target: netip.MustParseAddr("100.70.7.10"),
-			Ports: []Port{{"tcp", 443, 443}}, GrantedTo: []string{"a"}},
+			Ports: []Port{{Protocol: "tcp", Port: 443, TargetPort: 443}}, GrantedTo: []string{"a"}},
 		{Name: "metrics", VirtualIP: netip.MustParseAddr("100.64.3.2"), Target: netip.MustParseAddr("10.96.0.20"), TargetService: "metrics",
-			Ports: []Port{{"udp", 9090, 19090}}, GrantedTo: []string{"a", "b"}},
+			Ports: []Port{{Protocol: "udp", Port: 9090, TargetPort: 19090}}, GrantedTo: []string{"a", "b"}},
 	}
 	if !reflect.DeepEqual(gw.Exposures, wantExp) {
 		t.Errorf("exposures\n got  %+v\n want %+v", gw.Exposures, wantExp)
 	}
 	wantRev := []ReverseExposure{{Name: "acme-erp", VirtualIP: netip.MustParseAddr("100.64.3.3"), Target: netip.MustParseAddr("10.20.0.5"),
-		Ports: []Port{{"tcp", 1433, 1433}}, Grantee: "a"}}
+		Ports: []Port{{Protocol: "tcp", Port: 1433, TargetPort: 1433, GatewayPort: ReverseGatewayPortBase}}, Grantee: "a"}}
 	if !reflect.DeepEqual(gw.ReverseExposures, wantRev) {
 		t.Errorf("reverse exposures\n got  %+v\n want %+v", gw.ReverseExposures, wantRev)
 	}

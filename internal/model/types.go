@@ -100,7 +100,14 @@ type Port struct {
 	Protocol   string `json:"protocol"` // "tcp" or "udp"
 	Port       uint16 `json:"port"`
 	TargetPort uint16 `json:"targetPort"`
+	// GatewayPort (reverse exposures only) is the gateway pod's port that internal clients'
+	// traffic arrives on, through the exposure's ClusterIP Service; the gateway DNATs it to
+	// Target:TargetPort. Assigned in spec order from ReverseGatewayPortBase.
+	GatewayPort uint16 `json:"gatewayPort,omitempty"`
 }
+
+// ReverseGatewayPortBase is the first gateway pod port handed to reverse-exposure ports.
+const ReverseGatewayPortBase = 20000
 
 // Exposure: peers reach Target through VirtualIP.
 type Exposure struct {
