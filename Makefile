@@ -35,10 +35,14 @@ lint: ## go vet and gofmt
 test-binaries: ## install etcd and build kube-apiserver for envtest (cached in bin/)
 	@hack/test-binaries.sh >/dev/null
 
+.PHONY: test-deps
+test-deps: ## install the Debian packages the tests use (nftables, iproute2, ...)
+	@hack/install-test-deps.sh
+
 .PHONY: test
-test: verify-generated lint test-binaries ## the whole test suite (what CI runs)
+test: verify-generated lint test-deps test-binaries ## the whole test suite (what CI runs)
 	KUBEBUILDER_ASSETS=$$(hack/test-binaries.sh) go test -race -count=1 -timeout 30m ./...
 
 .PHONY: bench
-bench: test-binaries ## benchmarks, printing figures
+bench: test-deps test-binaries ## benchmarks, printing figures
 	KUBEBUILDER_ASSETS=$$(hack/test-binaries.sh) go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
