@@ -107,7 +107,6 @@ type hostileRejection struct {
 
 // check runs the case and returns the matching message.
 func (c hostileRejection) check(t *testing.T, ns, name string) string {
-	t.Helper()
 	ctx := context.Background()
 	obj := c.obj(ns, name)
 	var err error

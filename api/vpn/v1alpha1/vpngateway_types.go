@@ -7,10 +7,10 @@ import (
 // VPNGatewaySpec is one client's gateway: its protocol, public endpoint, service CIDR and
 // what it exposes.
 //
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.serviceCIDR) || (has(self.serviceCIDR) && self.serviceCIDR == oldSelf.serviceCIDR)",message="serviceCIDR cannot be changed or removed once set: clients configure it as their remote network"
-// +kubebuilder:validation:XValidation:rule="self.protocol != 'ipsec' || !has(self.wireguard)",message="wireguard settings are not allowed on an ipsec gateway"
-// +kubebuilder:validation:XValidation:rule="self.protocol != 'wireguard' || !has(self.ipsec)",message="ipsec settings are not allowed on a wireguard gateway"
-// +kubebuilder:validation:XValidation:rule="!has(self.exposures) || !has(self.reverseExposures) || self.exposures.all(e, self.reverseExposures.all(r, r.name != e.name))",message="exposure and reverse exposure names must be distinct"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.serviceCIDR) || (has(self.serviceCIDR) && self.serviceCIDR == oldSelf.serviceCIDR)",message="serviceCIDR cannot be changed or removed once set: clients configure it as their remote network",fieldPath=".serviceCIDR"
+// +kubebuilder:validation:XValidation:rule="self.protocol != 'ipsec' || !has(self.wireguard)",message="wireguard settings are not allowed on an ipsec gateway",fieldPath=".wireguard"
+// +kubebuilder:validation:XValidation:rule="self.protocol != 'wireguard' || !has(self.ipsec)",message="ipsec settings are not allowed on a wireguard gateway",fieldPath=".ipsec"
+// +kubebuilder:validation:XValidation:rule="!has(self.exposures) || !has(self.reverseExposures) || self.exposures.all(e, self.reverseExposures.all(r, r.name != e.name))",message="exposure and reverse exposure names must be distinct",fieldPath=".reverseExposures"
 type VPNGatewaySpec struct {
 	// Protocol of the gateway and all its peers. Immutable: switching protocol is delete and recreate.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="protocol is immutable; delete and recreate the gateway to change it"
@@ -211,9 +211,15 @@ type IKESettings struct {
 	// +optional
 	DPD *DPDSettings `json:"dpd,omitempty"`
 	// RekeyTime of the IKE SA.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,3})$') && duration(self) <= duration('8760h')",message="must be a non-negative duration such as 30s, 1h or 4h30m, at most 8760h"
 	// +optional
 	RekeyTime *metav1.Duration `json:"rekeyTime,omitempty"`
 	// ReauthTime of the IKE SA (0 disables reauthentication).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,3})$') && duration(self) <= duration('8760h')",message="must be a non-negative duration such as 30s, 1h or 4h30m, at most 8760h"
 	// +optional
 	ReauthTime *metav1.Duration `json:"reauthTime,omitempty"`
 }
@@ -221,6 +227,9 @@ type IKESettings struct {
 // DPDSettings configure dead peer detection.
 type DPDSettings struct {
 	// Delay between liveness checks.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,3})$') && duration(self) <= duration('8760h')",message="must be a non-negative duration such as 30s, 1h or 4h30m, at most 8760h"
 	// +optional
 	Delay *metav1.Duration `json:"delay,omitempty"`
 	// Action when the peer is dead.
@@ -292,7 +301,7 @@ type ExposureStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label of at most 40 characters (children are named after it)"
-// +kubebuilder:validation:XValidation:rule="!has(self.spec.reverseExposures) || self.spec.reverseExposures.all(r, self.metadata.name.size() + r.name.size() <= 62)",message="gateway name plus reverse exposure name must fit a 63-character Service name"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.reverseExposures) || self.spec.reverseExposures.all(r, self.metadata.name.size() + r.name.size() <= 62)",message="gateway name plus reverse exposure name must fit a 63-character Service name",fieldPath=".spec.reverseExposures"
 
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=vpngw,categories=vpn

@@ -70,6 +70,9 @@ type ESPSettings struct {
 	// +optional
 	Proposals []string `json:"proposals,omitempty"`
 	// RekeyTime of the CHILD SA.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,3})$') && duration(self) <= duration('8760h')",message="must be a non-negative duration such as 30s, 1h or 4h30m, at most 8760h"
 	// +optional
 	RekeyTime *metav1.Duration `json:"rekeyTime,omitempty"`
 }
@@ -82,6 +85,7 @@ type WireGuardPeer struct {
 	// Endpoint host:port of the peer, when it has a fixed address.
 	// +kubebuilder:validation:MaxLength=261
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9.-]+:[0-9]{1,5}$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[A-Za-z0-9.-]+:[0-9]{1,5}$') || (int(self.substring(self.lastIndexOf(':') + 1)) >= 1 && int(self.substring(self.lastIndexOf(':') + 1)) <= 65535)",message="endpoint port must be between 1 and 65535"
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
 	// Subnets behind the peer (its allowed IPs).
@@ -107,12 +111,14 @@ type Authorization struct {
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +optional
 	Exposures []string `json:"exposures,omitempty"`
 	// ReverseExposures (by name) that internal services may use to reach into this peer.
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +optional
 	ReverseExposures []string `json:"reverseExposures,omitempty"`
 }
