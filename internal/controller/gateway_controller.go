@@ -29,6 +29,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/ipam"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 )
 
@@ -260,6 +261,17 @@ func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope) 
 		s.rendered = failed(ReasonRenderFailed, err.Error())
 		return nil // a render error is a condition, not a retry
 	}
+	bundle, err := render.Render(s.built, render.Options{UserspaceDataplane: r.Options.Render.UserspaceDataplane})
+	if err != nil {
+		s.rendered = failed(ReasonRenderFailed, err.Error()+"; the last applied configuration stays in place")
+		return nil
+	}
+	data, err := bundle.ConfigMapData()
+	if err != nil {
+		s.rendered = failed(ReasonRenderFailed, err.Error())
+		return nil
+	}
+	kids.ConfigMap.WithData(data)
 	if err := applyAll(ctx, r.Client, s.gw.Namespace, kids); err != nil {
 		s.rendered = failed(ReasonApplyFailed, err.Error())
 		return err

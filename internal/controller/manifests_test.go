@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,6 +24,8 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
 )
 
@@ -136,5 +140,59 @@ func TestSamples(t *testing.T) {
 		vpnv1.ConditionAuthorized, metav1.ConditionTrue, model.ReasonDefaultAllow)
 	if globex.Status.ServiceCIDR != "100.64.200.0/24" {
 		t.Errorf("globex-wg service CIDR %q, want the requested 100.64.200.0/24", globex.Status.ServiceCIDR)
+	}
+
+	// The rendered configuration is all there, and no secret value is anywhere but its Secret.
+	for gw, keys := range map[string][]string{
+		"acme-gw":   {render.KeyModel, render.KeyStrongSwan, render.KeySwanctlConf, render.KeyRuleset},
+		"globex-wg": {render.KeyModel, render.KeyWireGuard, render.KeyWireGuardConf, render.KeyRuleset},
+	} {
+		cm := &corev1.ConfigMap{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: children.ConfigMapName(gw)}, cm); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if cm.Data[k] == "" {
+				t.Errorf("ConfigMap of %s has no %s", gw, k)
+			}
+		}
+	}
+	assertNoSecretValues(t, ns)
+}
+
+// assertNoSecretValues scans the namespace's ConfigMaps, events and VPN objects (spec and
+// status) for any Secret value.
+func assertNoSecretValues(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	var secrets corev1.SecretList
+	if err := env.Client.List(ctx, &secrets, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var values []string
+	for _, s := range secrets.Items {
+		for _, v := range s.Data {
+			if len(v) >= 8 {
+				values = append(values, string(v))
+			}
+		}
+	}
+	if len(values) == 0 {
+		t.Fatal("no secret values to look for")
+	}
+	lists := []client.ObjectList{&corev1.ConfigMapList{}, &eventsv1.EventList{}, &corev1.EventList{}, &vpnv1.VPNGatewayList{}, &vpnv1.VPNPeerList{}}
+	for _, l := range lists {
+		if err := env.Client.List(ctx, l, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := json.Marshal(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range values {
+			if bytes.Contains(raw, []byte(v)) {
+				t.Errorf("a secret value appears in %T", l)
+			}
+		}
 	}
 }
