@@ -12,12 +12,12 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kube"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 )
 
@@ -74,17 +74,5 @@ func applyAll(ctx context.Context, c client.Client, namespace string, k *childre
 
 // applyStatus server-side applies a status subresource owned by the operator's field manager.
 func applyStatus(ctx context.Context, c client.Client, obj client.Object, kind string, status any) error {
-	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(status)
-	if err != nil {
-		return err
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{"status": st}}
-	u.SetAPIVersion(vpnv1.GroupVersion.String())
-	u.SetKind(kind)
-	u.SetNamespace(obj.GetNamespace())
-	u.SetName(obj.GetName())
-	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("writing %s status: %w", kind, err)
-	}
-	return nil
+	return kube.ApplyStatus(ctx, c, vpnv1.GroupVersion.WithKind(kind), obj.GetNamespace(), obj.GetName(), FieldOwner, status)
 }

@@ -1,0 +1,98 @@
+// Package firewall applies the gateway's rendered nftables ruleset atomically (one `nft -f`
+// transaction replaces the whole table) and reads its per-peer drop counters.
+package firewall
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
+)
+
+// Firewall is the gateway's nftables table. Counters survive re-applies: applying re-creates
+// the table (its counters restart at zero), so what they had counted is carried over.
+type Firewall struct {
+	// NFT is the nft binary; "nft" from PATH when empty.
+	NFT string
+
+	mu      sync.Mutex
+	applied string
+	carried map[string]nft.CounterValue
+}
+
+func (f *Firewall) nft() string {
+	if f.NFT == "" {
+		return "nft"
+	}
+	return f.NFT
+}
+
+// Apply loads the ruleset in one transaction unless it is already the one applied. On error
+// the previous ruleset stays in force (nft applies all or nothing).
+func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ruleset == f.applied {
+		return nil
+	}
+	if f.applied != "" {
+		// Carry what the old table counted into the totals before it is replaced.
+		if cur, err := f.read(ctx); err == nil {
+			f.carry(cur)
+		}
+	}
+	cmd := exec.CommandContext(ctx, f.nft(), "-f", "-")
+	cmd.Stdin = strings.NewReader(ruleset)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("applying nftables ruleset: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	f.applied = ruleset
+	return nil
+}
+
+// Applied reports whether a ruleset has been applied by this Firewall.
+func (f *Firewall) Applied() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.applied != ""
+}
+
+// Counters returns every named counter's total since the agent started.
+func (f *Firewall) Counters(ctx context.Context) (map[string]nft.CounterValue, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, err := f.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]nft.CounterValue, len(cur))
+	for name, v := range cur {
+		c := f.carried[name]
+		out[name] = nft.CounterValue{Packets: v.Packets + c.Packets, Bytes: v.Bytes + c.Bytes}
+	}
+	return out, nil
+}
+
+func (f *Firewall) read(ctx context.Context) (map[string]nft.CounterValue, error) {
+	out, err := exec.CommandContext(ctx, f.nft(), "-j", "list", "counters", "table", nft.Family, nft.Table).Output()
+	if err != nil {
+		return nil, fmt.Errorf("reading nftables counters: %w", err)
+	}
+	return nft.ParseCounters(out)
+}
+
+func (f *Firewall) carry(cur map[string]nft.CounterValue) {
+	if f.carried == nil {
+		f.carried = map[string]nft.CounterValue{}
+	}
+	for name, v := range cur {
+		c := f.carried[name]
+		f.carried[name] = nft.CounterValue{Packets: c.Packets + v.Packets, Bytes: c.Bytes + v.Bytes}
+	}
+}

@@ -1,0 +1,74 @@
+// Package metrics exposes the gateway's per-peer tunnel and authorization figures to
+// Prometheus. Labels are names only (namespace, gateway, peer, direction): never a key.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
+)
+
+// Collector reads the engine's latest snapshot at scrape time.
+type Collector struct {
+	Namespace, Gateway string
+	Snapshot           func() agent.Snapshot
+}
+
+var (
+	labels    = []string{"namespace", "gateway", "peer"}
+	dirLabels = []string{"namespace", "gateway", "peer", "direction"}
+
+	descUp         = prometheus.NewDesc("bnerd_vpn_peer_up", "1 when the peer's tunnel is established.", labels, nil)
+	descAuthorized = prometheus.NewDesc("bnerd_vpn_peer_authorized", "1 when the peer holds a valid grant.", labels, nil)
+	descBytes      = prometheus.NewDesc("bnerd_vpn_peer_bytes_total", "Bytes through the peer's tunnel.", dirLabels, nil)
+	descPackets    = prometheus.NewDesc("bnerd_vpn_peer_packets_total", "Packets through the peer's tunnel (IPsec only).", dirLabels, nil)
+	descEstab      = prometheus.NewDesc("bnerd_vpn_peer_established_seconds", "Seconds since the peer's current tunnel came up (0 when down).", labels, nil)
+	descRekeys     = prometheus.NewDesc("bnerd_vpn_peer_rekeys_total", "Rekeys of the peer's SAs since the agent started.", labels, nil)
+	descHandshake  = prometheus.NewDesc("bnerd_vpn_peer_last_handshake_timestamp_seconds", "Unix time of the peer's last WireGuard handshake.", labels, nil)
+	descDrops      = prometheus.NewDesc("bnerd_vpn_peer_authorization_drops_total", "Packets from (in) or toward (out) the peer's subnets dropped by authorization.", dirLabels, nil)
+	descDropBytes  = prometheus.NewDesc("bnerd_vpn_peer_authorization_dropped_bytes_total", "Bytes from (in) or toward (out) the peer's subnets dropped by authorization.", dirLabels, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUp, descAuthorized, descBytes, descPackets, descEstab, descRekeys, descHandshake, descDrops, descDropBytes} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	snap := c.Snapshot()
+	for name, p := range snap.Peers {
+		l := []string{c.Namespace, c.Gateway, name}
+		in, out := append(l[:3:3], "in"), append(l[:3:3], "out")
+		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, b2f(p.Connected()), l...)
+		ch <- prometheus.MustNewConstMetric(descAuthorized, prometheus.GaugeValue, b2f(p.Authorized), l...)
+		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(p.BytesIn), in...)
+		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(p.BytesOut), out...)
+		ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(p.PacketsIn), in...)
+		ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(p.PacketsOut), out...)
+		estab := 0.0
+		if p.Connected() && !p.EstablishedAt.IsZero() {
+			estab = snap.Taken.Sub(p.EstablishedAt).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(descEstab, prometheus.GaugeValue, estab, l...)
+		ch <- prometheus.MustNewConstMetric(descRekeys, prometheus.CounterValue, float64(p.Rekeys), l...)
+		if !p.LastHandshake.IsZero() {
+			ch <- prometheus.MustNewConstMetric(descHandshake, prometheus.GaugeValue, float64(p.LastHandshake.UnixNano())/float64(time.Second), l...)
+		}
+		ch <- prometheus.MustNewConstMetric(descDrops, prometheus.CounterValue, float64(p.DropsIn.Packets), in...)
+		ch <- prometheus.MustNewConstMetric(descDrops, prometheus.CounterValue, float64(p.DropsOut.Packets), out...)
+		ch <- prometheus.MustNewConstMetric(descDropBytes, prometheus.CounterValue, float64(p.DropsIn.Bytes), in...)
+		ch <- prometheus.MustNewConstMetric(descDropBytes, prometheus.CounterValue, float64(p.DropsOut.Bytes), out...)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,105 @@
+// Package status writes each VPNPeer's tunnel state (the Connected condition and the tunnel
+// counters) with the agent's own server-side-apply field manager, so the operator's Authorized
+// condition is never touched. Writes happen when a state changes, and otherwise at most once
+// per MinInterval per peer, so counters do not turn into a stream of API writes.
+package status
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kube"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render"
+)
+
+// FieldOwner is the agent's field manager.
+const FieldOwner = "bnerd-vpn-gateway-agent"
+
+// Writer reports snapshots to the VPNPeers' status.
+type Writer struct {
+	Client    client.Client
+	Namespace string
+	// MinInterval between two writes of a peer whose state did not change (default 15 s).
+	MinInterval time.Duration
+
+	mu      sync.Mutex
+	written map[string]written
+}
+
+type written struct {
+	state, message string
+	gen            int64
+	counters       [4]uint64
+	at             time.Time
+	since          metav1.Time
+}
+
+// Report writes what changed.
+func (w *Writer) Report(ctx context.Context, b *render.Bundle, snap agent.Snapshot) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.written == nil {
+		w.written = map[string]written{}
+	}
+	minInterval := w.MinInterval
+	if minInterval == 0 {
+		minInterval = 15 * time.Second
+	}
+	var errs []error
+	for _, p := range b.Model.Peers {
+		s, ok := snap.Peers[p.Name]
+		if !ok {
+			continue
+		}
+		last, seen := w.written[p.Name]
+		counters := [4]uint64{s.BytesIn, s.BytesOut, s.PacketsIn, s.PacketsOut}
+		changed := !seen || last.state != s.State || last.message != s.Message || last.gen != p.Generation
+		if !changed && (counters == last.counters || snap.Taken.Sub(last.at) < minInterval) {
+			continue
+		}
+		since := last.since
+		if !seen || last.state != s.State {
+			since = metav1.NewTime(snap.Taken.Truncate(time.Second))
+		}
+		if err := w.write(ctx, p.Name, p.Generation, s, since); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		w.written[p.Name] = written{state: s.State, message: s.Message, gen: p.Generation, counters: counters, at: snap.Taken, since: since}
+	}
+	return errors.Join(errs...)
+}
+
+func (w *Writer) write(ctx context.Context, peer string, gen int64, s agent.PeerSnapshot, since metav1.Time) error {
+	cond := metav1.Condition{
+		Type: vpnv1.ConditionConnected, Status: metav1.ConditionFalse, Reason: s.State,
+		Message: s.Message, ObservedGeneration: gen, LastTransitionTime: since,
+	}
+	if s.Connected() {
+		cond.Status = metav1.ConditionTrue
+	}
+	if cond.Message == "" {
+		cond.Message = "tunnel " + s.State
+	}
+	tunnel := &vpnv1.TunnelStatus{
+		BytesIn: int64(s.BytesIn), BytesOut: int64(s.BytesOut),
+		PacketsIn: int64(s.PacketsIn), PacketsOut: int64(s.PacketsOut),
+	}
+	if !s.EstablishedAt.IsZero() {
+		t := metav1.NewTime(s.EstablishedAt.Truncate(time.Second))
+		tunnel.EstablishedAt = &t
+	}
+	if !s.LastHandshake.IsZero() {
+		t := metav1.NewTime(s.LastHandshake.Truncate(time.Second))
+		tunnel.LastHandshake = &t
+	}
+	st := &vpnv1.VPNPeerStatus{Conditions: []metav1.Condition{cond}, Tunnel: tunnel}
+	return kube.ApplyStatus(ctx, w.Client, vpnv1.GroupVersion.WithKind("VPNPeer"), w.Namespace, peer, FieldOwner, st)
+}

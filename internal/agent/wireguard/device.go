@@ -1,0 +1,129 @@
+package wireguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/vishvananda/netlink"
+	"golang.zx2c4.com/wireguard/conn"
+	"golang.zx2c4.com/wireguard/device"
+	"golang.zx2c4.com/wireguard/ipc"
+	"golang.zx2c4.com/wireguard/tun"
+)
+
+// UAPIDir is where userspace WireGuard devices put their control sockets
+// (<dir>/<interface>.sock), which wgctrl and wg(8) find.
+const UAPIDir = "/var/run/wireguard"
+
+// userspaceDevice is the embedded wireguard-go device and its UAPI listener.
+type userspaceDevice struct {
+	dev  *device.Device
+	uapi net.Listener
+	sock string
+}
+
+// openDevice makes d.name a WireGuard device: an existing kernel link is adopted; otherwise,
+// depending on the mode, a kernel link is created or the userspace device started.
+func (d *Driver) openDevice(ctx context.Context) error {
+	_ = ctx
+	link, err := netlink.LinkByName(d.name)
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case err == nil && link.Type() == "wireguard":
+		if d.opts.Mode == ModeUserspace {
+			return fmt.Errorf("interface %s exists as a kernel WireGuard device, but userspace mode was requested", d.name)
+		}
+		d.mode = ModeKernel
+		d.log.Info("adopting existing kernel WireGuard device")
+		return nil
+	case err == nil:
+		return fmt.Errorf("interface %s already exists and is not a WireGuard device (type %s)", d.name, link.Type())
+	case !errors.As(err, &notFound):
+		return fmt.Errorf("looking up interface %s: %w", d.name, err)
+	}
+
+	if d.opts.Mode != ModeUserspace {
+		la := netlink.NewLinkAttrs()
+		la.Name = d.name
+		kerr := netlink.LinkAdd(&netlink.Wireguard{LinkAttrs: la})
+		if kerr == nil {
+			d.mode = ModeKernel
+			d.created = true
+			d.log.Info("created kernel WireGuard device")
+			return nil
+		}
+		if d.opts.Mode == ModeKernel {
+			return fmt.Errorf("kernel WireGuard is not available (creating link %s: %w)", d.name, kerr)
+		}
+		d.log.Info("kernel WireGuard is not available; using the embedded userspace device", "reason", kerr.Error())
+	}
+	return d.startUserspace()
+}
+
+func (d *Driver) startUserspace() error {
+	tdev, err := tun.CreateTUN(d.name, DefaultMTU)
+	if err != nil {
+		return fmt.Errorf("creating TUN %s for the userspace WireGuard device: %w", d.name, err)
+	}
+	name, err := tdev.Name()
+	if err != nil {
+		_ = tdev.Close()
+		return fmt.Errorf("TUN %s: %w", d.name, err)
+	}
+	if name != d.name {
+		_ = tdev.Close()
+		return fmt.Errorf("TUN was created as %s instead of %s", name, d.name)
+	}
+	logger := deviceLogger(d.log.WithName("wireguard-go"))
+	dev := device.NewDevice(tdev, conn.NewDefaultBind(), logger)
+	file, err := ipc.UAPIOpen(name)
+	if err != nil {
+		dev.Close()
+		return fmt.Errorf("opening the UAPI socket of %s in %s: %w", name, UAPIDir, err)
+	}
+	uapi, err := ipc.UAPIListen(name, file)
+	_ = file.Close()
+	if err != nil {
+		dev.Close()
+		return fmt.Errorf("listening on the UAPI socket of %s: %w", name, err)
+	}
+	go func() {
+		for {
+			c, err := uapi.Accept()
+			if err != nil {
+				return
+			}
+			go dev.IpcHandle(c)
+		}
+	}()
+	d.uspace = &userspaceDevice{dev: dev, uapi: uapi, sock: filepath.Join(UAPIDir, name+".sock")}
+	d.mode = ModeUserspace
+	d.created = true
+	d.log.Info("started embedded userspace WireGuard device")
+	return nil
+}
+
+// teardown removes the device (DeleteOnClose, or a failed New).
+func (d *Driver) teardown() error {
+	if u := d.uspace; u != nil {
+		d.uspace = nil
+		err := u.uapi.Close()
+		u.dev.Close()
+		if rerr := os.Remove(u.sock); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, rerr)
+		}
+		return err
+	}
+	if d.mode == ModeKernel {
+		link, err := netlink.LinkByName(d.name)
+		if err != nil {
+			return nil
+		}
+		return netlink.LinkDel(link)
+	}
+	return nil
+}

@@ -1,0 +1,541 @@
+// Package wireguard is the gateway agent's WireGuard driver (agent.Driver). It converges one
+// WireGuard device in the gateway pod's network namespace to the rendered configuration
+// (render/wireguard.Config) and reports each peer's tunnel state.
+//
+// The device is the kernel's (a netlink link of type "wireguard") where the module exists,
+// otherwise an embedded userspace device (golang.zx2c4.com/wireguard) on a TUN, with a UAPI
+// socket in /var/run/wireguard so that wgctrl — and `wg show` — talk to it exactly as they
+// would to the kernel. Everything above the device (keys, peers, addresses, routes, status) is
+// one code path: wgctrl for the WireGuard configuration, netlink for the link.
+//
+// The driver runs in the process and network namespace that owns the device (the agent inside
+// the pod); it never switches namespaces itself.
+//
+// Secrets: the private key and pre-shared keys are read from agent.Secrets on every Apply,
+// handed to the device and dropped. The driver remembers only a salted hash of each peer's
+// desired configuration (pre-shared key included) to decide what changed, and never logs, returns
+// or stores a key in clear. The userspace device's log passes through a filter that redacts
+// anything shaped like a key.
+//
+// Status: WireGuard has no sessions to list and no events. A peer is Established while its last
+// handshake is within REJECT_AFTER_TIME (180 s), Connecting when it is not but the gateway would
+// initiate (an endpoint or a persistent keepalive is configured), Down otherwise. WireGuard
+// counts bytes, not packets: PacketsIn/PacketsOut stay 0. Changes is a poll (Options.PollInterval)
+// that signals only when a peer's state, message or last handshake changed, or after an Apply;
+// byte counters are read on demand by Peers.
+package wireguard
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"golang.zx2c4.com/wireguard/wgctrl"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render"
+	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
+)
+
+// Mode selects the WireGuard implementation.
+type Mode string
+
+const (
+	// ModeAuto uses the kernel device when the module is available, else the embedded
+	// userspace device.
+	ModeAuto Mode = "auto"
+	// ModeKernel requires the kernel module.
+	ModeKernel Mode = "kernel"
+	// ModeUserspace always uses the embedded userspace device (needs /dev/net/tun).
+	ModeUserspace Mode = "userspace"
+)
+
+// Defaults.
+const (
+	DefaultInterfaceName = "wg0"
+	DefaultPollInterval  = time.Second
+	// DefaultMTU is the TUN's MTU until the first Apply sets the rendered one.
+	DefaultMTU = 1420
+	// RejectAfterTime is WireGuard's REJECT_AFTER_TIME: a session older than this carries no
+	// traffic, so a peer whose last handshake is older is not Established.
+	RejectAfterTime = 180 * time.Second
+	// RouteProtocol marks the routes the driver installs (ip route shows "proto 98"), so it
+	// removes only its own routes from the device.
+	RouteProtocol = 98
+)
+
+// Options configure New.
+type Options struct {
+	// InterfaceName of the device; DefaultInterfaceName when empty. With userspace devices the
+	// UAPI socket /var/run/wireguard/<name>.sock is machine-wide unless the process has its
+	// own mount namespace (as a pod has), so names must then be unique per machine.
+	InterfaceName string
+	// Mode; ModeAuto when empty.
+	Mode Mode
+	// Logger receives the driver's messages and, at V(1), the userspace device's log (keys
+	// redacted). The zero value discards.
+	Logger logr.Logger
+	// PollInterval of Changes; DefaultPollInterval when zero.
+	PollInterval time.Duration
+	// DeleteOnClose makes Close remove the device (kernel: delete the link; userspace: close the
+	// device, which removes the TUN, and its UAPI socket). By default Close leaves the dataplane
+	// running: a kernel device outlives the agent; an embedded userspace device keeps running
+	// until the process exits (which ends it anyway).
+	DeleteOnClose bool
+}
+
+// Driver is the WireGuard agent.Driver.
+type Driver struct {
+	name   string
+	mode   Mode // ModeKernel or ModeUserspace: what is actually running
+	log    logr.Logger
+	opts   Options
+	client *wgctrl.Client
+	uspace *userspaceDevice // nil in kernel mode
+	// created: New created the device (rather than adopting an existing kernel link).
+	created bool
+	salt   [32]byte
+
+	mu sync.Mutex
+	// desired is the last applied bundle's peers, in the bundle's order.
+	desired []desiredPeer
+	// applied is the salted hash of each configured peer's desired configuration, by key.
+	applied map[wgtypes.Key][32]byte
+	// establishedAt tracks when the driver saw each peer become Established.
+	establishedAt map[wgtypes.Key]time.Time
+	// last is the state the latest Apply or poll saw, which the poll compares with.
+	last snapshot
+
+	changes   chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ agent.Driver = (*Driver)(nil)
+
+// desiredPeer is what the driver keeps of a bundle peer between calls: no key material
+// besides the public key.
+type desiredPeer struct {
+	name      string
+	key       wgtypes.Key
+	initiates bool   // endpoint or keepalive configured: the gateway sends handshakes itself
+	missing   string // why the peer is left out (missing or invalid Secret); "" when configured
+	note      string // a non-fatal remark (e.g. endpoint not resolved)
+}
+
+// New opens (or creates) the device and starts the status poll. In ModeAuto an existing kernel
+// WireGuard link of that name is adopted; otherwise the driver tries to create one and falls
+// back to the userspace device when the kernel cannot.
+func New(ctx context.Context, opts Options) (*Driver, error) {
+	if opts.InterfaceName == "" {
+		opts.InterfaceName = DefaultInterfaceName
+	}
+	if opts.Mode == "" {
+		opts.Mode = ModeAuto
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	if len(opts.InterfaceName) > 15 || strings.ContainsAny(opts.InterfaceName, "/ \t\n:") {
+		return nil, fmt.Errorf("interface name %q is not a valid Linux interface name", opts.InterfaceName)
+	}
+	d := &Driver{
+		name:          opts.InterfaceName,
+		log:           opts.Logger.WithValues("interface", opts.InterfaceName),
+		opts:          opts,
+		applied:       map[wgtypes.Key][32]byte{},
+		establishedAt: map[wgtypes.Key]time.Time{},
+		changes:       make(chan struct{}, 1),
+		stop:          make(chan struct{}),
+		done:          make(chan struct{}),
+	}
+	if _, err := rand.Read(d.salt[:]); err != nil {
+		return nil, fmt.Errorf("random salt: %w", err)
+	}
+	if err := d.openDevice(ctx); err != nil {
+		return nil, err
+	}
+	client, err := wgctrl.New()
+	if err != nil {
+		if d.created {
+			_ = d.teardown()
+		}
+		return nil, fmt.Errorf("opening wgctrl: %w", err)
+	}
+	d.client = client
+	if _, err := d.client.Device(d.name); err != nil {
+		_ = d.client.Close()
+		if d.created {
+			_ = d.teardown()
+		}
+		return nil, fmt.Errorf("device %s is not reachable through wgctrl: %s", d.name, redact(err.Error()))
+	}
+	d.log.Info("WireGuard device ready", "mode", string(d.mode))
+	go d.poll()
+	return d, nil
+}
+
+// InterfaceName is the device's name.
+func (d *Driver) InterfaceName() string { return d.name }
+
+// Mode is the implementation in use: ModeKernel or ModeUserspace.
+func (d *Driver) Mode() Mode { return d.mode }
+
+// Changes signals when a peer's state may have changed (see the package documentation).
+func (d *Driver) Changes() <-chan struct{} { return d.changes }
+
+func (d *Driver) signal() {
+	select {
+	case d.changes <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops the poll and closes wgctrl; the device keeps running unless
+// Options.DeleteOnClose.
+func (d *Driver) Close() error {
+	d.closeOnce.Do(func() {
+		close(d.stop)
+		<-d.done
+		d.closeErr = d.client.Close()
+		if d.opts.DeleteOnClose {
+			d.closeErr = errors.Join(d.closeErr, d.teardown())
+		}
+	})
+	return d.closeErr
+}
+
+// Apply converges the device to b.WireGuard: private key, listen port, address, MTU, link up,
+// then the peers that differ (added, changed or removed — others are not touched) and the
+// routes of the configured peers' allowed IPs through the device. A missing or invalid
+// private key is an error naming its Secret, and nothing is changed. A peer whose pre-shared
+// key Secret is missing or invalid is left out (removed if it was configured) and reported as
+// StateMissingSecret.
+func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secrets) error {
+	if b == nil || b.WireGuard == nil {
+		return errors.New("the bundle has no WireGuard configuration")
+	}
+	cfg := b.WireGuard
+	if secrets == nil {
+		return errors.New("no secrets source")
+	}
+	priv, err := readKey(secrets, cfg.Interface.PrivateKey)
+	if err != nil {
+		return fmt.Errorf("device private key: %w", err)
+	}
+	if cfg.Interface.ListenPort == 0 {
+		return errors.New("interface listen port is 0")
+	}
+	if !cfg.Interface.Address.IsValid() {
+		return errors.New("interface has no valid address")
+	}
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer func() {
+		// The peers' state as of this Apply, so the poll signals only later changes.
+		if peers, err := d.peersLocked(time.Now()); err == nil {
+			d.last = snapshotOf(peers)
+		}
+		d.signal()
+	}()
+
+	// Desired peers, with their salted hashes and wgctrl configurations.
+	type want struct {
+		hash  [32]byte
+		pc    wgtypes.PeerConfig
+		psk   *wgtypes.Key
+		nets  []netip.Prefix
+		ep    *net.UDPAddr
+		alive time.Duration
+	}
+	wants := map[wgtypes.Key]*want{}
+	var desired []desiredPeer
+	for _, p := range cfg.Peers {
+		pub, err := p.PublicKeyBytes()
+		if err != nil {
+			return fmt.Errorf("peer %q: %w", p.Name, err)
+		}
+		key := wgtypes.Key(pub)
+		if _, dup := wants[key]; dup {
+			return fmt.Errorf("peer %q: public key configured twice", p.Name)
+		}
+		dp := desiredPeer{name: p.Name, key: key, initiates: p.Endpoint != "" || p.PersistentKeepalive > 0}
+		var psk *wgtypes.Key
+		if p.PresharedKey != nil {
+			k, err := readKey(secrets, *p.PresharedKey)
+			if err != nil {
+				dp.missing = "pre-shared key: " + err.Error()
+				desired = append(desired, dp)
+				continue
+			}
+			psk = &k
+		}
+		ep, note := resolveEndpoint(ctx, p)
+		dp.note = note
+		w := &want{psk: psk, ep: ep, alive: p.KeepaliveInterval(), nets: slices.Clone(p.AllowedIPs)}
+		w.hash = d.peerHash(key, w.nets, ep, w.alive, psk)
+		keepalive := w.alive
+		zero := wgtypes.Key{}
+		w.pc = wgtypes.PeerConfig{
+			PublicKey:                   key,
+			PresharedKey:                &zero, // clears a previous one
+			Endpoint:                    ep,
+			PersistentKeepaliveInterval: &keepalive,
+			ReplaceAllowedIPs:           true,
+			AllowedIPs:                  p.AllowedIPNets(),
+		}
+		if psk != nil {
+			w.pc.PresharedKey = psk
+		}
+		wants[key] = w
+		desired = append(desired, dp)
+	}
+
+	dev, err := d.client.Device(d.name)
+	if err != nil {
+		return fmt.Errorf("reading device %s: %s", d.name, redact(err.Error()))
+	}
+
+	// Device settings: only what differs.
+	var devCfg wgtypes.Config
+	if dev.PublicKey != priv.PublicKey() {
+		devCfg.PrivateKey = &priv
+	}
+	if dev.ListenPort != int(cfg.Interface.ListenPort) {
+		port := int(cfg.Interface.ListenPort)
+		devCfg.ListenPort = &port
+	}
+	priv = wgtypes.Key{}
+
+	// Peers: add or update what changed, remove what is gone. A configured peer the driver
+	// has no hash for (the agent restarted next to a kernel device, or an earlier
+	// configuration failed) is compared with the device and adopted when it matches.
+	onDevice := map[wgtypes.Key]wgtypes.Peer{}
+	for _, p := range dev.Peers {
+		onDevice[p.PublicKey] = p
+	}
+	var changed []wgtypes.Key
+	for key, w := range wants {
+		cur, present := onDevice[key]
+		if h, ok := d.applied[key]; present && ok && h == w.hash {
+			continue
+		}
+		if present {
+			if _, ok := d.applied[key]; !ok && matches(cur, w.nets, w.ep, w.alive, w.psk) {
+				d.applied[key] = w.hash
+				continue
+			}
+		}
+		devCfg.Peers = append(devCfg.Peers, w.pc)
+		changed = append(changed, key)
+	}
+	var removed []wgtypes.Key
+	for key := range onDevice {
+		if _, keep := wants[key]; !keep {
+			devCfg.Peers = append(devCfg.Peers, wgtypes.PeerConfig{PublicKey: key, Remove: true})
+			removed = append(removed, key)
+		}
+	}
+	for key := range d.applied {
+		if _, keep := wants[key]; !keep {
+			delete(d.applied, key)
+		}
+	}
+	d.desired = desired
+
+	if devCfg.PrivateKey != nil || devCfg.ListenPort != nil || len(devCfg.Peers) > 0 {
+		err := d.client.ConfigureDevice(d.name, devCfg)
+		if devCfg.PrivateKey != nil {
+			*devCfg.PrivateKey = wgtypes.Key{}
+		}
+		for i := range devCfg.Peers {
+			if k := devCfg.Peers[i].PresharedKey; k != nil {
+				*k = wgtypes.Key{}
+			}
+		}
+		if err != nil {
+			// Partly applied at worst: forget the hashes so that the next Apply compares
+			// with the device.
+			for _, k := range changed {
+				delete(d.applied, k)
+			}
+			return fmt.Errorf("configuring device %s: %s", d.name, redact(err.Error()))
+		}
+		for _, k := range changed {
+			d.applied[k] = wants[k].hash
+		}
+		names := map[wgtypes.Key]string{}
+		for _, p := range desired {
+			names[p.key] = p.name
+		}
+		for _, k := range changed {
+			d.log.Info("peer configured", "peer", names[k])
+		}
+		if len(removed) > 0 {
+			d.log.Info("peers removed", "count", len(removed))
+		}
+	}
+	for _, w := range wants {
+		if w.psk != nil {
+			*w.psk = wgtypes.Key{}
+		}
+	}
+
+	// The link: MTU, address, up; then the routes of the configured peers.
+	var routes []netip.Prefix
+	for _, w := range wants {
+		routes = append(routes, w.nets...)
+	}
+	if err := d.convergeLink(cfg.Interface, routes); err != nil {
+		return err
+	}
+	return nil
+}
+
+// readKey reads and decodes a base64 WireGuard key from a Secret; errors name the Secret and
+// never contain its data.
+func readKey(secrets agent.Secrets, ref model.SecretKeyRef) (wgtypes.Key, error) {
+	raw, err := secrets.Get(ref)
+	if err != nil {
+		return wgtypes.Key{}, fmt.Errorf("Secret %q key %q: %s", ref.Name, ref.Key, redact(err.Error()))
+	}
+	if len(raw) == 0 {
+		return wgtypes.Key{}, fmt.Errorf("Secret %q key %q is empty", ref.Name, ref.Key)
+	}
+	// Decoded without converting to a string, so no copy of the key outlives this call
+	// (the caller's slice is not modified).
+	src := bytes.TrimSpace(raw)
+	var buf [33]byte // base64.StdEncoding.DecodedLen(44)
+	defer clear(buf[:])
+	var k wgtypes.Key
+	if len(src) != 44 {
+		return k, fmt.Errorf("Secret %q key %q does not hold a base64-encoded 32-byte WireGuard key", ref.Name, ref.Key)
+	}
+	if n, err := base64.StdEncoding.Strict().Decode(buf[:], src); err != nil || n != len(k) {
+		return k, fmt.Errorf("Secret %q key %q does not hold a base64-encoded 32-byte WireGuard key", ref.Name, ref.Key)
+	}
+	copy(k[:], buf[:])
+	return k, nil
+}
+
+// resolveEndpoint turns the peer's endpoint into a UDP address; a DNS name is resolved now
+// (and again on every Apply). A name that does not resolve leaves the endpoint unset: the peer
+// can still connect to us, and the note says why the gateway does not initiate.
+func resolveEndpoint(ctx context.Context, p rwg.Peer) (*net.UDPAddr, string) {
+	host, port, ok := p.EndpointHostPort()
+	if !ok {
+		if p.Endpoint != "" {
+			return nil, fmt.Sprintf("endpoint %q is not host:port", p.Endpoint)
+		}
+		return nil, ""
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return net.UDPAddrFromAddrPort(netip.AddrPortFrom(a.Unmap(), port)), ""
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(rctx, "ip", host)
+	if err != nil || len(addrs) == 0 {
+		if err == nil {
+			err = errors.New("no addresses")
+		}
+		return nil, fmt.Sprintf("endpoint %s does not resolve: %v", p.Endpoint, err)
+	}
+	// Prefer IPv4, deterministically.
+	slices.SortFunc(addrs, func(a, b netip.Addr) int {
+		if a.Unmap().Is4() != b.Unmap().Is4() {
+			if a.Unmap().Is4() {
+				return -1
+			}
+			return 1
+		}
+		return a.Compare(b)
+	})
+	return net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrs[0].Unmap(), port)), ""
+}
+
+// peerHash is a salted hash of a peer's desired configuration; the pre-shared key enters it
+// only through the salted hash, so the driver keeps nothing from which a key can be recovered.
+func (d *Driver) peerHash(key wgtypes.Key, nets []netip.Prefix, ep *net.UDPAddr, keepalive time.Duration, psk *wgtypes.Key) [32]byte {
+	h := sha256.New()
+	h.Write(d.salt[:])
+	h.Write(key[:])
+	sorted := slices.Clone(nets)
+	slices.SortFunc(sorted, func(a, b netip.Prefix) int { return strings.Compare(a.String(), b.String()) })
+	for _, n := range sorted {
+		fmt.Fprintf(h, "net %s\n", n)
+	}
+	if ep != nil {
+		fmt.Fprintf(h, "endpoint %s\n", ep.AddrPort())
+	}
+	_ = binary.Write(h, binary.BigEndian, int64(keepalive))
+	if psk != nil {
+		h.Write([]byte("psk"))
+		h.Write(psk[:])
+	}
+	var out [32]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// matches reports whether a device peer already has the desired configuration (used to adopt
+// peers the driver has no hash for). The endpoint is compared only when one is desired: a
+// peer that roams changes it.
+func matches(cur wgtypes.Peer, nets []netip.Prefix, ep *net.UDPAddr, keepalive time.Duration, psk *wgtypes.Key) bool {
+	if cur.PersistentKeepaliveInterval != keepalive {
+		return false
+	}
+	var want wgtypes.Key
+	if psk != nil {
+		want = *psk
+	}
+	if subtle.ConstantTimeCompare(cur.PresharedKey[:], want[:]) != 1 {
+		return false
+	}
+	if ep != nil && (cur.Endpoint == nil || cur.Endpoint.AddrPort() != ep.AddrPort()) {
+		return false
+	}
+	have := make([]string, 0, len(cur.AllowedIPs))
+	for _, n := range cur.AllowedIPs {
+		if p, ok := prefixOf(n); ok {
+			have = append(have, p.String())
+		}
+	}
+	wantNets := make([]string, 0, len(nets))
+	for _, n := range nets {
+		wantNets = append(wantNets, n.Masked().String())
+	}
+	slices.Sort(have)
+	slices.Sort(wantNets)
+	return slices.Equal(have, wantNets)
+}
+
+func prefixOf(n net.IPNet) (netip.Prefix, bool) {
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones).Masked(), true
+}

@@ -1,0 +1,278 @@
+// Package netns is a test harness for network namespaces: it creates named namespaces and veth
+// links with the ip CLI, runs commands and background processes inside them, and removes
+// everything again (t.Cleanup), including leftovers of earlier runs that died before their
+// cleanup could run (go test's timeout panic skips Cleanup).
+//
+// Namespaces are named <prefix><pid>-<seq>-<short>. A new Run deletes namespaces with its
+// prefix whose creating process no longer exists, and never touches those of a live process,
+// so concurrent test binaries do not disturb each other. Tests need root (CAP_SYS_ADMIN and
+// CAP_NET_ADMIN) and iproute2; Available tells when they cannot run.
+package netns
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// CommandTimeout bounds every command the harness runs in the foreground.
+const CommandTimeout = 30 * time.Second
+
+// Available returns nil when namespace tests can run here: root, and the ip tool plus the
+// given tools on PATH. Otherwise it says what is missing (for t.Skip).
+func Available(tools ...string) error {
+	if os.Geteuid() != 0 {
+		return errors.New("network namespace tests need root")
+	}
+	for _, tool := range append([]string{"ip"}, tools...) {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s is not installed (hack/install-test-deps.sh installs it)", tool)
+		}
+	}
+	return nil
+}
+
+// Skip skips the test unless Available(tools...).
+func Skip(t testing.TB, tools ...string) {
+	t.Helper()
+	if err := Available(tools...); err != nil {
+		t.Skip(err)
+	}
+}
+
+var runSeq atomic.Int64
+
+// Run is one test's set of namespaces.
+type Run struct {
+	t      testing.TB
+	prefix string // <prefix><pid>-<seq>-
+}
+
+// NewRun starts a set of namespaces named with prefix (letters only, e.g. "bnft"), after
+// deleting stale ones of the same prefix.
+func NewRun(t testing.TB, prefix string) *Run {
+	t.Helper()
+	if err := Sweep(prefix); err != nil {
+		t.Logf("netns: sweeping stale namespaces: %v", err)
+	}
+	return &Run{t: t, prefix: fmt.Sprintf("%s%d-%d-", prefix, os.Getpid(), runSeq.Add(1))}
+}
+
+// Sweep deletes namespaces named <prefix><pid>-... whose process pid no longer exists.
+func Sweep(prefix string) error {
+	entries, err := os.ReadDir("/run/netns")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		if !ok {
+			continue
+		}
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid <= 0 || processAlive(pid) {
+			continue
+		}
+		if out, err := run(context.Background(), "ip", "netns", "del", e.Name()); err != nil {
+			errs = append(errs, fmt.Errorf("ip netns del %s: %v: %s", e.Name(), err, out))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// NS is one network namespace.
+type NS struct {
+	Name string
+	t    testing.TB
+}
+
+// NS creates a namespace (deleted at cleanup) with lo up and everything else default
+// (ip_forward off).
+func (r *Run) NS(short string) *NS {
+	r.t.Helper()
+	name := r.prefix + short
+	if out, err := run(context.Background(), "ip", "netns", "add", name); err != nil {
+		r.t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	r.t.Cleanup(func() {
+		if out, err := run(context.Background(), "ip", "netns", "del", name); err != nil {
+			r.t.Logf("ip netns del %s: %v: %s", name, err, out)
+		}
+	})
+	ns := &NS{Name: name, t: r.t}
+	ns.MustRun("ip", "link", "set", "lo", "up")
+	return ns
+}
+
+// Command is a command run inside the namespace (ip netns exec), not yet started.
+func (n *NS) Command(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name}, args...)...)
+}
+
+// Run runs a command inside the namespace and returns its combined output.
+func (n *NS) Run(args ...string) (string, error) {
+	return n.RunInput("", args...)
+}
+
+// RunInput is Run with stdin.
+func (n *NS) RunInput(stdin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
+	defer cancel()
+	cmd := n.Command(ctx, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// Exec runs a command inside the namespace with stdin and returns stdout and stderr apart.
+func (n *NS) Exec(stdin string, args ...string) (stdout, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
+	defer cancel()
+	cmd := n.Command(ctx, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+// MustRun is Run, failing the test on error.
+func (n *NS) MustRun(args ...string) string {
+	n.t.Helper()
+	out, err := n.Run(args...)
+	if err != nil {
+		n.t.Fatalf("%s: %s: %v\n%s", n.Name, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// Sysctl sets a sysctl inside the namespace, e.g. Sysctl("net.ipv4.ip_forward", "1").
+func (n *NS) Sysctl(key, value string) {
+	n.t.Helper()
+	path := "/proc/sys/" + strings.ReplaceAll(key, ".", "/")
+	n.MustRun("sh", "-c", `printf '%s\n' "$1" > "$2"`, "sh", value, path)
+}
+
+// Process is a background process inside a namespace.
+type Process struct {
+	Cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+}
+
+// Output is what the process printed so far (stdout and stderr).
+func (p *Process) Output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+func (p *Process) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Start starts a background process in the namespace, in its own process group, killed with
+// its children at cleanup (before the namespace is deleted).
+func (n *NS) Start(args ...string) *Process {
+	n.t.Helper()
+	p := &Process{done: make(chan struct{})}
+	p.Cmd = n.Command(context.Background(), args...)
+	p.Cmd.Stdout, p.Cmd.Stderr = p, p
+	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.Cmd.Start(); err != nil {
+		n.t.Fatalf("%s: start %s: %v", n.Name, strings.Join(args, " "), err)
+	}
+	go func() {
+		_ = p.Cmd.Wait()
+		close(p.done)
+	}()
+	n.t.Cleanup(func() { p.Stop() })
+	return p
+}
+
+// Stop kills the process group and waits for the process to end.
+func (p *Process) Stop() {
+	if p.Cmd.Process != nil {
+		_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(CommandTimeout):
+	}
+}
+
+// Veth links namespace a (interface aName) with namespace b (interface bName). The pair is
+// created inside a and its peer moved to b, so no name is ever used in the caller's
+// namespace. Both ends are set up; they disappear with their namespaces.
+func Veth(a *NS, aName string, b *NS, bName string) {
+	a.t.Helper()
+	a.MustRun("ip", "link", "add", aName, "type", "veth", "peer", "name", bName, "netns", b.Name)
+	a.MustRun("ip", "link", "set", aName, "up")
+	b.MustRun("ip", "link", "set", bName, "up")
+}
+
+// Eventually calls f until it returns nil or the timeout passes, and returns its last error.
+// It backs off from 10 ms to 200 ms between calls; it is polling, not a sleep standing in for
+// synchronisation.
+func Eventually(timeout time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	wait := 10 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+func run(ctx context.Context, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, CommandTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	return string(out), err
+}
+
+// Open returns a handle on an existing namespace that reports to t; it is not deleted at
+// cleanup.
+func Open(t testing.TB, name string) *NS { return &NS{Name: name, t: t} }
+
+// WithT returns the same namespace reporting to t.
+func (n *NS) WithT(t testing.TB) *NS { return &NS{Name: n.Name, t: t} }

@@ -1,0 +1,205 @@
+package nft
+
+import (
+	"net/netip"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+)
+
+var (
+	pfx  = netip.MustParsePrefix
+	addr = netip.MustParseAddr
+)
+
+func allowed(reason string) model.Decision {
+	return model.Decision{Authorized: true, Reason: reason}
+}
+
+func dark(reason string) model.Decision {
+	return model.Decision{Reason: reason}
+}
+
+func tcp(port, target uint16) model.Port {
+	return model.Port{Protocol: "tcp", Port: port, TargetPort: target}
+}
+func udp(port, target uint16) model.Port {
+	return model.Port{Protocol: "udp", Port: port, TargetPort: target}
+}
+
+func ipsecGateway(name string, peers []model.Peer, exposures []model.Exposure) *model.Gateway {
+	return &model.Gateway{
+		Namespace:    "tenant-a",
+		Name:         name,
+		Protocol:     model.ProtocolIPsec,
+		Mode:         model.ModeSNAT,
+		Endpoint:     model.Endpoint{Kind: model.EndpointFloatingIPPool, FloatingIPPool: "public"},
+		ServiceCIDR:  pfx("100.64.7.0/24"),
+		LocalAddress: addr("100.64.7.1"),
+		Exposures:    exposures,
+		IPsec:        &model.IPsecGateway{IKEVersion: 2, IKEProposals: []string{"aes256gcm16-prfsha256-ecp256"}},
+		Peers:        peers,
+	}
+}
+
+func ipsecPeer(name string, d model.Decision, exposures []string, subnets ...string) model.Peer {
+	p := model.Peer{
+		Name:          name,
+		Authorization: d,
+		IPsec:         &model.IPsecPeer{RemoteAddress: "198.51.100.77", RemoteID: "198.51.100.77"},
+	}
+	if d.Authorized {
+		p.Exposures = exposures
+	}
+	for _, s := range subnets {
+		p.SourceCIDRs = append(p.SourceCIDRs, pfx(s))
+	}
+	return p
+}
+
+type renderCase struct {
+	name string
+	gw   func() *model.Gateway
+	opts func(*model.Gateway) Options
+}
+
+func libipsec(g *model.Gateway) Options  { return DefaultOptions(g, true) }
+func kernelESP(g *model.Gateway) Options { return DefaultOptions(g, false) }
+
+func renderCases() []renderCase {
+	return []renderCase{
+		{
+			// One peer, no authorization block: it reaches every exposure. Kernel ESP.
+			name: "single-peer-default-allow",
+			gw: func() *model.Gateway {
+				return ipsecGateway("office", []model.Peer{
+					ipsecPeer("hq", allowed(model.ReasonDefaultAllow), []string{"db", "web"}, "203.0.113.0/24"),
+				}, []model.Exposure{
+					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("192.0.2.10"), Ports: []model.Port{tcp(443, 8443), tcp(80, 8080)}, GrantedTo: []string{"hq"}},
+					{Name: "db", VirtualIP: addr("100.64.7.11"), Target: addr("192.0.2.20"), TargetService: "postgres", Ports: []model.Port{tcp(5432, 5432)}, GrantedTo: []string{"hq"}},
+				})
+			},
+			opts: kernelESP,
+		},
+		{
+			// Default-deny: each peer reaches what it names; one peer with two subnets.
+			name: "multi-peer-mixed-grants",
+			gw: func() *model.Gateway {
+				return ipsecGateway("partners", []model.Peer{
+					ipsecPeer("branch-1", allowed(model.ReasonAuthorized), []string{"db", "web"}, "203.0.113.0/28", "203.0.113.64/26"),
+					ipsecPeer("branch-2", allowed(model.ReasonAuthorized), []string{"web"}, "203.0.113.16/28"),
+					ipsecPeer("vendor", allowed(model.ReasonAuthorized), []string{"db"}, "198.51.100.0/25"),
+				}, []model.Exposure{
+					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("192.0.2.10"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"branch-1", "branch-2"}},
+					{Name: "db", VirtualIP: addr("100.64.7.11"), Target: addr("192.0.2.20"), Ports: []model.Port{tcp(5432, 5432)}, GrantedTo: []string{"branch-1", "vendor"}},
+					{Name: "unused", VirtualIP: addr("100.64.7.12"), Target: addr("192.0.2.30"), Ports: []model.Port{tcp(22, 22)}},
+				})
+			},
+			opts: libipsec,
+		},
+		{
+			// A dark peer (no grants) gets counters and drops but no grant. A younger peer whose
+			// subnet overlaps an authorized one's is dark too; the overlap counts for the
+			// authorized peer.
+			name: "dark-peer",
+			gw: func() *model.Gateway {
+				return ipsecGateway("branches", []model.Peer{
+					ipsecPeer("branch", allowed(model.ReasonAuthorized), []string{"web"}, "203.0.113.0/25"),
+					ipsecPeer("guest", model.Decision{Reason: model.ReasonNoGrants, Message: model.MessageNoBlockMultiPeer}, nil, "203.0.113.128/26"),
+					ipsecPeer("latecomer", dark(model.ReasonSubnetConflict), nil, "203.0.113.0/24"),
+				}, []model.Exposure{
+					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("192.0.2.10"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"branch"}},
+				})
+			},
+			opts: libipsec,
+		},
+		{
+			// Internal sources reach a host inside the grantee's subnet, TCP and UDP; a reverse
+			// exposure nobody holds renders nothing.
+			name: "reverse-exposure",
+			gw: func() *model.Gateway {
+				g := ipsecGateway("ops", []model.Peer{
+					ipsecPeer("plant", allowed(model.ReasonAuthorized), []string{"web"}, "203.0.113.0/28"),
+					ipsecPeer("office", allowed(model.ReasonAuthorized), []string{"web"}, "203.0.113.16/28"),
+				}, []model.Exposure{
+					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("192.0.2.10"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"office", "plant"}},
+				})
+				g.Peers[0].ReverseExposures = []string{"plc"}
+				g.InternalSourceCIDRs = []netip.Prefix{pfx("198.51.100.0/24"), pfx("192.0.2.0/24"), pfx("198.51.100.128/25")}
+				g.ReverseExposures = []model.ReverseExposure{
+					{Name: "plc", VirtualIP: addr("100.64.7.20"), Target: addr("203.0.113.5"), Grantee: "plant",
+						Ports: []model.Port{{Protocol: "tcp", Port: 502, TargetPort: 502, GatewayPort: 20000}, {Protocol: "udp", Port: 161, TargetPort: 161, GatewayPort: 20001}}},
+					{Name: "orphan", VirtualIP: addr("100.64.7.21"), Target: addr("203.0.113.6"),
+						Ports: []model.Port{{Protocol: "tcp", Port: 22, TargetPort: 22, GatewayPort: 20002}}},
+				}
+				return g
+			},
+			opts: libipsec,
+		},
+		{
+			// Without internalSourceCIDRs no reverse rule at all is rendered.
+			name: "reverse-exposure-without-internal-sources",
+			gw: func() *model.Gateway {
+				g := ipsecGateway("ops", []model.Peer{
+					ipsecPeer("plant", allowed(model.ReasonDefaultAllow), nil, "203.0.113.0/28"),
+				}, nil)
+				g.ReverseExposures = []model.ReverseExposure{
+					{Name: "plc", VirtualIP: addr("100.64.7.20"), Target: addr("203.0.113.5"), Grantee: "plant",
+						Ports: []model.Port{{Protocol: "tcp", Port: 502, TargetPort: 502, GatewayPort: 20000}}},
+				}
+				return g
+			},
+			opts: libipsec,
+		},
+		{
+			name: "wireguard",
+			gw: func() *model.Gateway {
+				return &model.Gateway{
+					Namespace:    "tenant-b",
+					Name:         "roadwarriors",
+					Protocol:     model.ProtocolWireGuard,
+					Mode:         model.ModeSNAT,
+					Endpoint:     model.Endpoint{Kind: model.EndpointLoadBalancer},
+					ServiceCIDR:  pfx("100.64.9.0/24"),
+					LocalAddress: addr("100.64.9.1"),
+					WireGuard:    &model.WireGuardGateway{ListenPort: 51820, MTU: 1380},
+					Exposures: []model.Exposure{
+						{Name: "git", VirtualIP: addr("100.64.9.2"), Target: addr("192.0.2.40"), Ports: []model.Port{tcp(22, 2222), tcp(443, 443)}, GrantedTo: []string{"laptop"}},
+					},
+					Peers: []model.Peer{
+						{Name: "laptop", Authorization: allowed(model.ReasonAuthorized), Exposures: []string{"git"},
+							SourceCIDRs: []netip.Prefix{pfx("203.0.113.7/32")}, WireGuard: &model.WireGuardPeer{PublicKey: "x"}},
+						{Name: "phone", Authorization: dark(model.ReasonNoGrants),
+							SourceCIDRs: []netip.Prefix{pfx("203.0.113.8/32")}, WireGuard: &model.WireGuardPeer{PublicKey: "y"}},
+					},
+				}
+			},
+			opts: func(g *model.Gateway) Options { return DefaultOptions(g, false) },
+		},
+		{
+			// Two exposures on the same port, told apart by their virtual IPs.
+			name: "same-port-two-virtual-ips",
+			gw: func() *model.Gateway {
+				return ipsecGateway("web", []model.Peer{
+					ipsecPeer("hq", allowed(model.ReasonAuthorized), []string{"shop", "wiki"}, "203.0.113.0/24"),
+					ipsecPeer("shop-only", allowed(model.ReasonAuthorized), []string{"shop"}, "198.51.100.0/24"),
+				}, []model.Exposure{
+					{Name: "wiki", VirtualIP: addr("100.64.7.10"), Target: addr("192.0.2.10"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"hq"}},
+					{Name: "shop", VirtualIP: addr("100.64.7.11"), Target: addr("192.0.2.20"), Ports: []model.Port{tcp(443, 8443)}, GrantedTo: []string{"hq", "shop-only"}},
+				})
+			},
+			opts: libipsec,
+		},
+		{
+			name: "udp-exposure",
+			gw: func() *model.Gateway {
+				return ipsecGateway("infra", []model.Peer{
+					ipsecPeer("site", allowed(model.ReasonDefaultAllow), []string{"dns"}, "203.0.113.0/24"),
+				}, []model.Exposure{
+					{Name: "dns", VirtualIP: addr("100.64.7.53"), Target: addr("192.0.2.53"), Ports: []model.Port{udp(53, 5353), tcp(53, 5353)}, GrantedTo: []string{"site"}},
+					{Name: "syslog", VirtualIP: addr("100.64.7.54"), Target: addr("192.0.2.54"), Ports: []model.Port{udp(514, 514)}, GrantedTo: []string{"site"}},
+				})
+			},
+			opts: libipsec,
+		},
+	}
+}

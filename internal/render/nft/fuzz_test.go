@@ -1,0 +1,403 @@
+package nft
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+)
+
+// byteReader hands out fuzz bytes, zeros once they run out.
+type byteReader struct{ b []byte }
+
+func (r *byteReader) next() byte {
+	if len(r.b) == 0 {
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *byteReader) prefix() netip.Prefix {
+	a := netip.AddrFrom4([4]byte{r.next(), r.next(), r.next(), r.next()})
+	return netip.PrefixFrom(a, int(r.next())%33).Masked()
+}
+
+func (r *byteReader) addr() netip.Addr {
+	return netip.AddrFrom4([4]byte{r.next(), r.next(), r.next(), r.next()})
+}
+
+// port is never 0 (TestRenderRefuses covers that): zero bytes read as 443.
+func (r *byteReader) port() uint16 {
+	if p := uint16(r.next())<<8 | uint16(r.next()); p != 0 {
+		return p
+	}
+	return 443
+}
+
+// fuzzGateway builds a gateway from fuzz input: hostile names, overlapping or odd subnets,
+// addresses anywhere, protocols as given.
+func fuzzGateway(names [3]string, expName, proto string, raw []byte) *model.Gateway {
+	r := &byteReader{b: raw}
+	g := &model.Gateway{
+		Namespace: names[0], Name: expName,
+		Protocol: model.ProtocolIPsec, Mode: model.ModeSNAT,
+		ServiceCIDR: pfx("100.64.7.0/24"), LocalAddress: addr("100.64.7.1"),
+	}
+	for i, n := range names {
+		flags := r.next()
+		p := model.Peer{Name: n, Authorization: model.Decision{Authorized: flags&1 == 1, Reason: "Fuzz"}}
+		for j := 0; j < int(flags>>1)%3+1; j++ {
+			p.SourceCIDRs = append(p.SourceCIDRs, r.prefix())
+		}
+		if i == 2 && flags&2 == 2 {
+			p.Name = names[0] // a duplicate name now and then
+		}
+		g.Peers = append(g.Peers, p)
+	}
+	for i, name := range []string{expName, expName + "-2"} {
+		e := model.Exposure{Name: name, VirtualIP: netip.AddrFrom4([4]byte{100, 64, 7, r.next()})}
+		switch odd := r.next(); {
+		case odd&1 == 1:
+			e.Target = r.addr()
+		case odd&2 == 2:
+			e.VirtualIP = r.addr()
+			fallthrough
+		default:
+			e.Target = netip.AddrFrom4([4]byte{192, 0, 2, odd | 8})
+		}
+		nports := int(r.next())%3 + 1
+		for j := 0; j < nports; j++ {
+			pr := "tcp"
+			switch r.next() % 4 {
+			case 1:
+				pr = "udp"
+			case 2:
+				pr = proto
+			}
+			e.Ports = append(e.Ports, model.Port{Protocol: pr, Port: r.port(), TargetPort: r.port()})
+		}
+		grants := r.next()
+		for k, p := range g.Peers {
+			if grants&(1<<k) != 0 && (p.Authorization.Authorized || grants&0x80 != 0) {
+				e.GrantedTo = append(e.GrantedTo, p.Name)
+			}
+		}
+		if i == 1 && grants&0x40 != 0 {
+			e.GrantedTo = append(e.GrantedTo, "nobody")
+		}
+		g.Exposures = append(g.Exposures, e)
+	}
+	if f := r.next(); f&1 == 1 {
+		g.InternalSourceCIDRs = []netip.Prefix{r.prefix(), r.prefix()}
+		grantee := g.Peers[int(f>>1)%3]
+		target := r.addr()
+		if len(grantee.SourceCIDRs) > 0 && f&0x80 == 0 {
+			target = grantee.SourceCIDRs[0].Addr() // inside the grantee's subnets
+		}
+		g.ReverseExposures = []model.ReverseExposure{{
+			Name: expName + "-rev", VirtualIP: netip.AddrFrom4([4]byte{100, 64, 7, r.next()}), Target: target, Grantee: grantee.Name,
+			Ports: []model.Port{{Protocol: "tcp", Port: r.port(), TargetPort: r.port(), GatewayPort: 20000},
+				{Protocol: "udp", Port: r.port(), TargetPort: r.port(), GatewayPort: 20001 - uint16(f>>6&1)}}, // 20000 twice: refused
+		}}
+	}
+	return g
+}
+
+func FuzzRuleset(f *testing.F) {
+	f.Add("site-a", "site-b", "site-c", "web", "tcp", []byte{
+		1, 203, 0, 113, 0, 28, 3, 203, 0, 113, 16, 28, 203, 0, 113, 64, 26, 0, 203, 0, 113, 32, 28,
+		10, 192, 0, 2, 10, 1, 0, 0, 80, 31, 144, 3,
+		11, 192, 0, 2, 20, 1, 1, 1, 0, 53, 0, 53, 0x83,
+		3, 198, 51, 100, 0, 24, 192, 0, 2, 0, 24, 20, 0, 22, 0, 22, 0, 161, 0, 161, 1,
+	})
+	f.Add(`a"; flush ruleset; #`, "b\n}\ntable ip x {", "ÜBER", "}{#\";", "tcp } accept", []byte{
+		1, 0, 0, 0, 0, 0, 1, 10, 0, 0, 0, 8, 1, 10, 1, 0, 0, 16, 10, 1, 1, 1, 1, 2, 0, 80, 0, 80, 0xff,
+	})
+	f.Add("x", "x", "y", "", "udp", []byte{3, 1, 2, 3, 4, 32, 3, 1, 2, 3, 4, 32, 1, 2, 3, 4, 30, 2})
+	f.Add("dup", "other", "dup", "e", "sctp", []byte{0x3, 203, 0, 113, 0, 24, 0x1, 203, 0, 113, 0, 25, 0x3, 203, 0, 113, 128, 25})
+	f.Add("peer.example.com", strings.Repeat("n", 250), "-", "exp", "tcp", []byte{
+		1, 100, 96, 0, 0, 11, 1, 100, 96, 0, 0, 30, 1, 255, 255, 255, 255, 32, 5, 198, 51, 100, 1, 0, 0, 0, 1, 1, 187, 1, 187, 7,
+	})
+	f.Add("p1", "p2", "p3", "overlap", "tcp", []byte{
+		3, 10, 0, 0, 0, 8, 10, 1, 0, 0, 16, 0, 10, 1, 2, 0, 24, 1, 0, 0, 0, 0, 0,
+		10, 0, 0, 0, 0, 80, 0, 0, 5,
+		11, 0, 1, 1, 0, 53, 0, 53, 2, 1, 1, 1, 1, 3,
+		1, 198, 51, 100, 0, 24, 198, 51, 100, 128, 25, 20, 0, 22, 0, 22, 0, 161, 0, 161, 1,
+	})
+	f.Fuzz(func(t *testing.T, n1, n2, n3, expName, proto string, raw []byte) {
+		g := fuzzGateway([3]string{n1, n2, n3}, expName, proto, raw)
+		text, err := Render(g, DefaultOptions(g, raw != nil && len(raw)%2 == 0))
+		if err != nil {
+			t.Logf("refused: %v", err)
+			return // refused: fine, as long as nothing panicked
+		}
+		checkStructure(t, text)
+		if netns.Available("nft") != nil {
+			return
+		}
+		ns := sharedNS(t)
+		if out, err := ns.RunInput(text, "nft", "-c", "-f", "-"); err != nil {
+			t.Fatalf("nft -c: %v\n%s\n---\n%s", err, out, text)
+		}
+		if out, err := ns.RunInput(text, "nft", "-f", "-"); err != nil {
+			t.Fatalf("nft -f: %v\n%s\n---\n%s", err, out, text)
+		}
+		checkLoaded(t, g, ns.MustRun("nft", "-j", "list", "table", Family, Table))
+	})
+}
+
+// loaded is the kernel's view of the table, from nft -j.
+type loaded struct {
+	counters []string
+	elems    map[string][][2]any // set or map name -> [key, value] (value nil for sets)
+}
+
+func parseLoaded(t testing.TB, listJSON string) loaded {
+	t.Helper()
+	var doc struct {
+		Nftables []map[string]json.RawMessage `json:"nftables"`
+	}
+	if err := json.Unmarshal([]byte(listJSON), &doc); err != nil {
+		t.Fatalf("parse nft -j: %v", err)
+	}
+	l := loaded{elems: map[string][][2]any{}}
+	for _, o := range doc.Nftables {
+		if raw, ok := o["counter"]; ok {
+			var c struct{ Name string }
+			_ = json.Unmarshal(raw, &c)
+			l.counters = append(l.counters, c.Name)
+		}
+		for _, kind := range []string{"set", "map"} {
+			raw, ok := o[kind]
+			if !ok {
+				continue
+			}
+			var s struct {
+				Name string
+				Elem []any
+			}
+			if err := json.Unmarshal(raw, &s); err != nil {
+				t.Fatal(err)
+			}
+			l.elems[s.Name] = [][2]any{}
+			for _, e := range s.Elem {
+				if kind == "map" {
+					kv := e.([]any)
+					l.elems[s.Name] = append(l.elems[s.Name], [2]any{kv[0], kv[1]})
+				} else {
+					l.elems[s.Name] = append(l.elems[s.Name], [2]any{e, nil})
+				}
+			}
+		}
+	}
+	sort.Strings(l.counters)
+	return l
+}
+
+// jsonSpan reads an address, prefix or range element as an address range.
+func jsonSpan(t testing.TB, v any) span {
+	t.Helper()
+	switch x := v.(type) {
+	case string:
+		return spanOf(netip.PrefixFrom(netip.MustParseAddr(x), 32))
+	case map[string]any:
+		if p, ok := x["prefix"].(map[string]any); ok {
+			return spanOf(netip.PrefixFrom(netip.MustParseAddr(p["addr"].(string)), int(p["len"].(float64))))
+		}
+		if r, ok := x["range"].([]any); ok {
+			return span{spanOf(netip.PrefixFrom(netip.MustParseAddr(r[0].(string)), 32)).lo,
+				spanOf(netip.PrefixFrom(netip.MustParseAddr(r[1].(string)), 32)).lo}
+		}
+	}
+	t.Fatalf("not an address element: %#v", v)
+	return span{}
+}
+
+func jsonText(v any) string {
+	switch x := v.(type) {
+	case map[string]any:
+		if c, ok := x["concat"].([]any); ok {
+			parts := make([]string, len(c))
+			for i, p := range c {
+				parts[i] = jsonText(p)
+			}
+			return strings.Join(parts, " . ")
+		}
+	case float64:
+		return fmt.Sprint(int64(x))
+	}
+	return fmt.Sprint(v)
+}
+
+// union merges spans into a sorted list of disjoint, non-adjacent spans.
+func union(ss []span) []span {
+	ss = slices.Clone(ss)
+	slices.SortFunc(ss, func(a, b span) int {
+		if a.lo != b.lo {
+			if a.lo < b.lo {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	var out []span
+	for _, s := range ss {
+		if n := len(out); n > 0 && s.lo <= out[n-1].hi+1 {
+			out[n-1].hi = max(out[n-1].hi, s.hi)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// checkLoaded compares what the kernel holds with what the model says, independently of how
+// the renderer laid it out.
+func checkLoaded(t testing.TB, g *model.Gateway, listJSON string) {
+	t.Helper()
+	l := parseLoaded(t, listJSON)
+
+	// Counters: two per peer plus the two shared ones.
+	want := []string{CounterOther, CounterUnknownIn}
+	peerByIn := map[string]*model.Peer{}
+	var all []span
+	for i := range g.Peers {
+		p := &g.Peers[i]
+		c := PeerCounters(p.Name)
+		want = append(want, c.In, c.Out)
+		peerByIn[c.In] = p
+		for _, s := range p.SourceCIDRs {
+			all = append(all, spanOf(s))
+		}
+	}
+	sort.Strings(want)
+	if !slices.Equal(l.counters, want) {
+		t.Fatalf("counters %v, want %v", l.counters, want)
+	}
+
+	// Counter maps: they cover exactly the peers' subnets, each block counted for a peer that
+	// has it, an authorized one wherever an authorized peer has it.
+	var keys []span
+	for _, e := range l.elems["peer_in"] {
+		s := jsonSpan(t, e[0])
+		keys = append(keys, s)
+		p := peerByIn[e[1].(string)]
+		if p == nil {
+			t.Fatalf("peer_in maps %v to unknown counter %v", e[0], e[1])
+		}
+		if !containsSpan(p.SourceCIDRs, s) {
+			t.Fatalf("peer_in counts %v for peer %q, whose subnets are %v", e[0], p.Name, p.SourceCIDRs)
+		}
+		if !p.Authorization.Authorized {
+			for _, q := range g.Peers {
+				if q.Authorization.Authorized && containsSpan(q.SourceCIDRs, s) {
+					t.Fatalf("peer_in counts %v for dark peer %q although authorized peer %q has it", e[0], p.Name, q.Name)
+				}
+			}
+		}
+	}
+	if got, want := union(keys), union(all); !slices.Equal(got, want) {
+		t.Fatalf("peer_in covers %v, the peers' subnets are %v", got, want)
+	}
+	if len(l.elems["peer_out"]) != len(l.elems["peer_in"]) {
+		t.Fatalf("peer_out has %d elements, peer_in %d", len(l.elems["peer_out"]), len(l.elems["peer_in"]))
+	}
+
+	// Grants: per (virtual IP . protocol . port) exactly the granting peers' subnets.
+	wantGrants := map[string][]span{}
+	wantDNAT := []string{}
+	byName := map[string]*model.Peer{}
+	for i := range g.Peers {
+		byName[g.Peers[i].Name] = &g.Peers[i]
+	}
+	for _, e := range g.Exposures {
+		for _, port := range e.Ports {
+			k := fmt.Sprintf("%s . %s . %d", e.VirtualIP, port.Protocol, port.Port)
+			wantDNAT = append(wantDNAT, fmt.Sprintf("%s : %s . %d", k, e.Target, port.TargetPort))
+			for _, n := range e.GrantedTo {
+				for _, s := range byName[n].SourceCIDRs {
+					wantGrants[k] = append(wantGrants[k], spanOf(s))
+				}
+			}
+		}
+	}
+	gotGrants := map[string][]span{}
+	for _, e := range l.elems["fwd_grants"] {
+		c := e[0].(map[string]any)["concat"].([]any)
+		k := jsonText(map[string]any{"concat": c[1:]})
+		gotGrants[k] = append(gotGrants[k], jsonSpan(t, c[0]))
+	}
+	for k := range wantGrants {
+		if got, want := union(gotGrants[k]), union(wantGrants[k]); !slices.Equal(got, want) {
+			t.Fatalf("fwd_grants for %s: %v, want %v", k, got, want)
+		}
+	}
+	for k := range gotGrants {
+		if _, ok := wantGrants[k]; !ok {
+			t.Fatalf("fwd_grants has %s, which nobody is granted", k)
+		}
+	}
+	var gotDNAT []string
+	for _, e := range l.elems["fwd_dnat"] {
+		gotDNAT = append(gotDNAT, jsonText(e[0])+" : "+jsonText(e[1]))
+	}
+	sort.Strings(gotDNAT)
+	sort.Strings(wantDNAT)
+	if !slices.Equal(gotDNAT, wantDNAT) {
+		t.Fatalf("fwd_dnat %v, want %v", gotDNAT, wantDNAT)
+	}
+
+	// Reverse exposures: present exactly when there are internal sources and a grantee.
+	var wantRev []string
+	if len(g.InternalSourceCIDRs) > 0 {
+		for _, r := range g.ReverseExposures {
+			if r.Grantee == "" {
+				continue
+			}
+			for _, p := range r.Ports {
+				wantRev = append(wantRev, fmt.Sprintf("%s . %d : %s . %d", p.Protocol, p.GatewayPort, r.Target, p.TargetPort))
+			}
+		}
+	}
+	var gotRev []string
+	for _, e := range l.elems["rev_dnat"] {
+		gotRev = append(gotRev, jsonText(e[0])+" : "+jsonText(e[1]))
+	}
+	sort.Strings(gotRev)
+	sort.Strings(wantRev)
+	if !slices.Equal(gotRev, wantRev) {
+		t.Fatalf("rev_dnat %v, want %v", gotRev, wantRev)
+	}
+	if len(wantRev) > 0 {
+		var got, want []span
+		for _, e := range l.elems["internal_sources"] {
+			got = append(got, jsonSpan(t, e[0]))
+		}
+		for _, s := range g.InternalSourceCIDRs {
+			want = append(want, spanOf(s))
+		}
+		if !slices.Equal(union(got), union(want)) {
+			t.Fatalf("internal_sources %v, want %v", union(got), union(want))
+		}
+	} else if _, ok := l.elems["internal_sources"]; ok {
+		t.Fatal("internal_sources rendered without any reverse exposure to serve")
+	}
+}
+
+func containsSpan(ps []netip.Prefix, s span) bool {
+	for _, p := range ps {
+		if ps := spanOf(p); ps.lo <= s.lo && s.hi <= ps.hi {
+			return true
+		}
+	}
+	return false
+}

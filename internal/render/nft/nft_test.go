@@ -1,0 +1,415 @@
+package nft
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current renderer")
+
+func mustRender(t testing.TB, g *model.Gateway, o Options) string {
+	t.Helper()
+	out, err := Render(g, o)
+	if err != nil {
+		t.Fatalf("Render: %v", err)
+	}
+	return out
+}
+
+func TestGolden(t *testing.T) {
+	for _, tc := range renderCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			g := tc.gw()
+			got := mustRender(t, g, tc.opts(g))
+			path := filepath.Join("testdata", tc.name+".golden")
+			if *update {
+				if err := os.MkdirAll("testdata", 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("read golden (run go test ./internal/render/nft -update): %v", err)
+			}
+			if !bytes.Equal([]byte(got), want) {
+				t.Errorf("%s differs from the rendered ruleset (rerun with -update if intended)\n%s", path, lineDiff(string(want), got))
+			}
+			// Rendering is deterministic.
+			if again := mustRender(t, tc.gw(), tc.opts(tc.gw())); again != got {
+				t.Error("a second render differs from the first")
+			}
+		})
+	}
+}
+
+// TestGoldenLoads checks every golden with `nft -c -f`, then loads it twice into a fresh
+// namespace: the second load replaces the table in place.
+func TestGoldenLoads(t *testing.T) {
+	netns.Skip(t, "nft")
+	run := netns.NewRun(t, "bnftg")
+	ns := run.NS("golden")
+	files, err := filepath.Glob(filepath.Join("testdata", "*.golden"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden files: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			text, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, err := ns.RunInput(string(text), "nft", "-c", "-f", "-"); err != nil {
+				t.Fatalf("nft -c: %v\n%s", err, out)
+			}
+			for i := 0; i < 2; i++ {
+				if out, err := ns.RunInput(string(text), "nft", "-f", "-"); err != nil {
+					t.Fatalf("nft -f (load %d): %v\n%s", i+1, err, out)
+				}
+			}
+			out := ns.MustRun("nft", "list", "tables")
+			if strings.Count(out, "table ip "+Table) != 1 {
+				t.Fatalf("want exactly one table ip %s after two loads, got:\n%s", Table, out)
+			}
+		})
+	}
+}
+
+func TestPeerCounters(t *testing.T) {
+	for _, tc := range []struct{ name, in, out string }{
+		{"site-a", "peer_site-a_in", "peer_site-a_out"},
+		{"branch.example.com", "peer_branch.example.com_in", "peer_branch.example.com_out"},
+		{"0", "peer_0_in", "peer_0_out"},
+	} {
+		if c := PeerCounters(tc.name); c.In != tc.in || c.Out != tc.out {
+			t.Errorf("PeerCounters(%q) = %+v, want %s, %s", tc.name, c, tc.in, tc.out)
+		}
+	}
+	// Names that are not Kubernetes names are sanitized and carry a hash of the full name.
+	seen := map[string]string{}
+	for _, name := range []string{
+		"Site-A", "site_a", "site a", "a\"; drop table ip bnerd_vpn; #", "", "-", "a..b", "\n",
+		strings.Repeat("x", 201), strings.Repeat("x", 202), "ümlaut", "site-a_in",
+	} {
+		c := PeerCounters(name)
+		if !safeIdent(c.In) || !safeIdent(c.Out) || !strings.HasSuffix(c.In, "_in") || !strings.HasSuffix(c.Out, "_out") {
+			t.Errorf("PeerCounters(%q) = %+v: not a safe identifier", name, c)
+		}
+		if len(c.Out) > 255 {
+			t.Errorf("PeerCounters(%q): %d bytes", name, len(c.Out))
+		}
+		if other, dup := seen[c.In]; dup {
+			t.Errorf("PeerCounters(%q) and PeerCounters(%q) are both %s", name, other, c.In)
+		}
+		seen[c.In] = name
+		if c != PeerCounters(name) {
+			t.Errorf("PeerCounters(%q) is not deterministic", name)
+		}
+	}
+	if seen[PeerCounters("site-a").In] != "" {
+		t.Error("a sanitized name collides with the clean name site-a")
+	}
+}
+
+func safeIdent(s string) bool {
+	if len(s) == 0 || len(s) > 255 || !(s[0] >= 'a' && s[0] <= 'z') {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func TestPartition(t *testing.T) {
+	type c = claim
+	p := func(s string, owner int, auth bool) claim { return c{prefix: pfx(s), owner: owner, authorized: auth} }
+	for _, tc := range []struct {
+		name   string
+		claims []claim
+		want   []string
+	}{
+		{"disjoint", []claim{p("203.0.113.16/28", 1, true), p("203.0.113.0/28", 0, true)},
+			[]string{"203.0.113.0/28=0", "203.0.113.16/28=1"}},
+		{"adjacent same owner merge", []claim{p("203.0.113.0/28", 0, true), p("203.0.113.16/28", 0, true)},
+			[]string{"203.0.113.0/27=0"}},
+		{"nested same owner", []claim{p("203.0.113.0/24", 0, true), p("203.0.113.64/26", 0, true)},
+			[]string{"203.0.113.0/24=0"}},
+		{"more specific dark inside dark", []claim{p("203.0.113.0/24", 0, false), p("203.0.113.64/26", 1, false)},
+			[]string{"203.0.113.0/26=0", "203.0.113.64/26=1", "203.0.113.128/25=0"}},
+		{"authorized beats more specific dark", []claim{p("203.0.113.0/24", 1, true), p("203.0.113.64/26", 0, false)},
+			[]string{"203.0.113.0/24=1"}},
+		{"authorized inside dark", []claim{p("203.0.113.0/24", 0, false), p("203.0.113.64/26", 1, true)},
+			[]string{"203.0.113.0/26=0", "203.0.113.64/26=1", "203.0.113.128/25=0"}},
+		{"same prefix: authorized, then name order", []claim{p("203.0.113.0/24", 1, false), p("203.0.113.0/24", 2, true), p("203.0.113.0/24", 0, false)},
+			[]string{"203.0.113.0/24=2"}},
+		{"same prefix both dark", []claim{p("203.0.113.0/24", 1, false), p("203.0.113.0/24", 0, false)},
+			[]string{"203.0.113.0/24=0"}},
+		{"everything and a hole at zero", []claim{p("0.0.0.0/0", 0, false), p("0.0.0.0/8", 1, false), p("255.255.255.255/32", 1, false)},
+			[]string{"0.0.0.0/8=1", "1.0.0.0/8=0", "2.0.0.0/7=0", "4.0.0.0/6=0", "8.0.0.0/5=0", "16.0.0.0/4=0", "32.0.0.0/3=0", "64.0.0.0/2=0",
+				"128.0.0.0/2=0", "192.0.0.0/3=0", "224.0.0.0/4=0", "240.0.0.0/5=0", "248.0.0.0/6=0", "252.0.0.0/7=0", "254.0.0.0/8=0",
+				"255.0.0.0/9=0", "255.128.0.0/10=0", "255.192.0.0/11=0", "255.224.0.0/12=0", "255.240.0.0/13=0", "255.248.0.0/14=0",
+				"255.252.0.0/15=0", "255.254.0.0/16=0", "255.255.0.0/17=0", "255.255.128.0/18=0", "255.255.192.0/19=0",
+				"255.255.224.0/20=0", "255.255.240.0/21=0", "255.255.248.0/22=0", "255.255.252.0/23=0", "255.255.254.0/24=0",
+				"255.255.255.0/25=0", "255.255.255.128/26=0", "255.255.255.192/27=0", "255.255.255.224/28=0", "255.255.255.240/29=0",
+				"255.255.255.248/30=0", "255.255.255.252/31=0", "255.255.255.254/32=0", "255.255.255.255/32=1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, o := range partition(tc.claims) {
+				got = append(got, fmt.Sprintf("%s=%d", o.prefix, o.owner))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("partition:\n got %v\nwant %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRenderRefuses(t *testing.T) {
+	base := func() *model.Gateway { return renderCases()[1].gw() } // multi-peer-mixed-grants
+	for _, tc := range []struct {
+		name   string
+		mutate func(*model.Gateway, *Options)
+		want   string
+	}{
+		{"routed mode", func(g *model.Gateway, _ *Options) { g.Mode = model.ModeRouted }, "only snat"},
+		{"protocol", func(g *model.Gateway, _ *Options) { g.Protocol = "gre" }, "protocol"},
+		{"cluster interface injection", func(_ *model.Gateway, o *Options) { o.ClusterInterface = `eth0" accept #` }, "not an interface name"},
+		{"tunnel interface too long", func(_ *model.Gateway, o *Options) { o.TunnelInterface = "ipsec0123456789ab" }, "not an interface name"},
+		{"same interfaces", func(_ *model.Gateway, o *Options) { o.TunnelInterface = "eth0" }, "both"},
+		{"wireguard without interface", func(g *model.Gateway, o *Options) { g.Protocol = model.ProtocolWireGuard; o.TunnelInterface = "" }, "tunnel interface"},
+		{"mtu", func(_ *model.Gateway, o *Options) { o.TunnelMTU = 100 }, "MTU"},
+		{"port protocol injection", func(g *model.Gateway, _ *Options) { g.Exposures[0].Ports[0].Protocol = "tcp; drop" }, "not tcp or udp"},
+		{"port zero", func(g *model.Gateway, _ *Options) { g.Exposures[0].Ports[0].TargetPort = 0 }, "must not be 0"},
+		{"ipv6 virtual IP", func(g *model.Gateway, _ *Options) { g.Exposures[0].VirtualIP = addr("2001:db8::1") }, "IPv4"},
+		{"no virtual IP", func(g *model.Gateway, _ *Options) { g.Exposures[0].VirtualIP = netip.Addr{} }, "IPv4"},
+		{"virtual IP outside CIDR", func(g *model.Gateway, _ *Options) { g.Exposures[0].VirtualIP = addr("100.64.8.1") }, "outside the service CIDR"},
+		{"multicast target", func(g *model.Gateway, _ *Options) { g.Exposures[0].Target = addr("224.0.0.1") }, "unicast"},
+		{"duplicate port", func(g *model.Gateway, _ *Options) {
+			g.Exposures[1].VirtualIP = g.Exposures[0].VirtualIP
+			g.Exposures[1].Ports = g.Exposures[0].Ports
+		}, "both use"},
+		{"grant to unknown peer", func(g *model.Gateway, _ *Options) { g.Exposures[0].GrantedTo = []string{"ghost"} }, "does not have"},
+		{"grant to dark peer", func(g *model.Gateway, _ *Options) { g.Peers[0].Authorization = dark(model.ReasonNoGrants) }, "not authorized"},
+		{"ipv6 peer subnet", func(g *model.Gateway, _ *Options) { g.Peers[0].SourceCIDRs = []netip.Prefix{pfx("2001:db8::/64")} }, "IPv4"},
+		{"duplicate peer", func(g *model.Gateway, _ *Options) { g.Peers[1].Name = g.Peers[0].Name }, "twice"},
+		{"reverse target outside grantee", func(g *model.Gateway, _ *Options) {
+			g.InternalSourceCIDRs = []netip.Prefix{pfx("198.51.100.0/24")}
+			g.ReverseExposures = []model.ReverseExposure{{Name: "r", VirtualIP: addr("100.64.7.20"), Target: addr("192.0.2.1"), Grantee: "vendor",
+				Ports: []model.Port{{Protocol: "tcp", Port: 22, TargetPort: 22, GatewayPort: 20000}}}}
+		}, "not inside the subnets"},
+		{"reverse without gateway port", func(g *model.Gateway, _ *Options) {
+			g.InternalSourceCIDRs = []netip.Prefix{pfx("198.51.100.0/24")}
+			g.ReverseExposures = []model.ReverseExposure{{Name: "r", VirtualIP: addr("100.64.7.20"), Target: addr("198.51.100.5"), Grantee: "vendor",
+				Ports: []model.Port{{Protocol: "tcp", Port: 22, TargetPort: 22}}}}
+		}, "no gateway port"},
+		{"reverse duplicate gateway port", func(g *model.Gateway, _ *Options) {
+			g.InternalSourceCIDRs = []netip.Prefix{pfx("198.51.100.0/24")}
+			g.ReverseExposures = []model.ReverseExposure{{Name: "r", VirtualIP: addr("100.64.7.20"), Target: addr("198.51.100.5"), Grantee: "vendor",
+				Ports: []model.Port{{Protocol: "tcp", Port: 22, TargetPort: 22, GatewayPort: 20000}, {Protocol: "udp", Port: 22, TargetPort: 22, GatewayPort: 20000}}}}
+		}, "gateway port 20000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := base()
+			o := libipsec(g)
+			tc.mutate(g, &o)
+			out, err := Render(g, o)
+			if err == nil {
+				t.Fatalf("Render succeeded; want an error containing %q\n%s", tc.want, out)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestHostileNames: names reach the ruleset only as sanitized identifiers and comments.
+func TestHostileNames(t *testing.T) {
+	g := renderCases()[1].gw()
+	hostile := "x\" } } table ip evil { chain c { type filter hook input priority 0; policy drop; } } #\n"
+	g.Namespace, g.Name = hostile, "\nflush ruleset\n"
+	g.Exposures[0].Name = hostile
+	g.Peers[0].Name = hostile
+	g.Exposures[0].GrantedTo = []string{hostile, "branch-2"}
+	g.Exposures[1].GrantedTo = []string{hostile, "vendor"}
+	out := mustRender(t, g, libipsec(g))
+	checkStructure(t, out)
+	if strings.Contains(out, "evil") && !strings.Contains(out, "table-ip-evil") {
+		t.Errorf("hostile name reached the ruleset unsanitized:\n%s", out)
+	}
+	nftCheck(t, out)
+}
+
+// checkStructure is a lexical check that needs no nft: every line is a known statement or a
+// comment of safe characters, and quoted strings hold only identifiers.
+func checkStructure(t testing.TB, text string) {
+	t.Helper()
+	for i, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		l := strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(l, "#"); ok {
+			for _, r := range rest {
+				if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(" ._-/:,;()`'<>+", r)) {
+					t.Fatalf("line %d: comment holds %q: %q", i+1, r, line)
+				}
+			}
+			continue
+		}
+		if strings.ContainsAny(l, "#;\\") && !strings.HasPrefix(l, "type ") {
+			t.Fatalf("line %d: unexpected statement separator or comment: %q", i+1, line)
+		}
+		for j, q := range strings.Split(l, `"`) {
+			if j%2 == 1 && !safeIdent(q) && !ifname.MatchString(q) {
+				t.Fatalf("line %d: quoted string %q is not an identifier", i+1, q)
+			}
+		}
+	}
+	if strings.Count(text, "table ip ") != 3 || !strings.Contains(text, "\ndelete table ip bnerd_vpn\n") {
+		t.Fatalf("the ruleset does not own exactly its table:\n%s", text)
+	}
+}
+
+var (
+	checkOnce sync.Once
+	checkNS   *netns.NS
+	checkErr  error
+)
+
+// nftCheck runs `nft -c -f` on the text in a namespace kept for the whole test binary (a dry
+// run never changes it), when root and nft are available.
+func nftCheck(t testing.TB, text string) {
+	t.Helper()
+	if netns.Available("nft") != nil {
+		return
+	}
+	ns := sharedNS(t)
+	if out, err := ns.RunInput(text, "nft", "-c", "-f", "-"); err != nil {
+		t.Fatalf("nft -c: %v\n%s\n---\n%s", err, out, text)
+	}
+}
+
+func sharedNS(t testing.TB) *netns.NS {
+	checkOnce.Do(func() {
+		name := fmt.Sprintf("bnftc%d-0-check", os.Getpid())
+		if err := netns.Sweep("bnftc"); err != nil {
+			checkErr = err
+			return
+		}
+		if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+			checkErr = fmt.Errorf("ip netns add %s: %v: %s", name, err, out)
+			return
+		}
+		checkNS = &netns.NS{Name: name}
+	})
+	if checkErr != nil {
+		t.Fatal(checkErr)
+	}
+	return checkNS.WithT(t)
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if checkNS != nil {
+		_ = exec.Command("ip", "netns", "del", checkNS.Name).Run()
+	}
+	os.Exit(code)
+}
+
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < max(len(w), len(g)); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			return fmt.Sprintf("line %d:\n- %s\n+ %s", i+1, wl, gl)
+		}
+	}
+	return "(no line differs)"
+}
+
+// TestLargeRuleset: thousands of peers render into few lines (nft parses a statement spread
+// over many lines slowly from a file) and load from a file as well as from stdin.
+func TestLargeRuleset(t *testing.T) {
+	g := benchGateway(2000)
+	text := mustRender(t, g, libipsec(g))
+	p, err := newPlan(g, libipsec(g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Count(text, "\n")
+	if limit := 2*len(g.Peers) + p.elements()/packPer + 200; lines > limit {
+		t.Errorf("%d lines for %d peers and %d elements; want at most %d", lines, len(g.Peers), p.elements(), limit)
+	}
+	checkStructure(t, text)
+	if netns.Available("nft") != nil {
+		return
+	}
+	ns := sharedNS(t)
+	nftCheck(t, text)
+	path := filepath.Join(t.TempDir(), "ruleset.nft")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ns.MustRun("nft", "-f", path)
+	checkLoaded(t, g, ns.MustRun("nft", "-j", "list", "table", Family, Table))
+}
+
+func TestCounterStart(t *testing.T) {
+	g := renderCases()[2].gw() // dark-peer
+	o := libipsec(g)
+	o.CounterStart = map[string]CounterValue{
+		PeerCounters("guest").In: {Packets: 5, Bytes: 300},
+		CounterOther:             {Packets: 1, Bytes: 60},
+		"peer_gone_in":           {Packets: 9, Bytes: 9},
+	}
+	out := mustRender(t, g, o)
+	for _, want := range []string{
+		"\tcounter peer_guest_in { packets 5 bytes 300 }\n",
+		"\tcounter drop_other { packets 1 bytes 60 }\n",
+		"\tcounter peer_guest_out {}\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q", want)
+		}
+	}
+	if strings.Contains(out, "peer_gone") {
+		t.Error("a counter the gateway does not have was rendered")
+	}
+	checkStructure(t, out)
+	nftCheck(t, out)
+}
+
+// TestEmptyGateway: no peers, no exposures is still a valid, closed ruleset.
+func TestEmptyGateway(t *testing.T) {
+	g := ipsecGateway("empty", nil, nil)
+	out := mustRender(t, g, libipsec(g))
+	checkStructure(t, out)
+	nftCheck(t, out)
+	if !strings.Contains(out, "policy drop;") {
+		t.Error("forward chain is not policy drop")
+	}
+}
