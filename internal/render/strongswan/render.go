@@ -108,7 +108,10 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 	out := &Config{Gateway: gw.Namespace + "/" + gw.Name}
 	seen := map[string]string{}
 	for _, p := range gw.Peers {
-		if p.IPsec == nil {
+		// A peer whose subnets overlap an older peer's gets no tunnel at all: its traffic
+		// selectors would take over the older peer's traffic (and its grants, which the
+		// ruleset keys on source addresses).
+		if p.IPsec == nil || p.Authorization.Reason == model.ReasonSubnetConflict {
 			continue
 		}
 		pf := fmt.Sprintf("peers[%q]", p.Name)

@@ -332,3 +332,20 @@ func describe(e swanconf.Entry) string {
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// A peer whose subnets overlap an older peer's gets no tunnel: its selectors would take over
+// the older peer's traffic.
+func TestSubnetConflictPeerGetsNoTunnel(t *testing.T) {
+	gw := baseGateway()
+	gw.Peers = []model.Peer{
+		ipsecPeer("older", "203.0.113.9", "older.example.com", model.Decision{Authorized: true, Reason: model.ReasonDefaultAllow}, "203.0.113.0/28"),
+		ipsecPeer("younger", "203.0.113.10", "younger.example.com", model.Decision{Reason: model.ReasonSubnetConflict}, "203.0.113.0/29"),
+	}
+	cfg, err := Render(gw, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Connections) != 1 || cfg.Connections[0].Peer != "older" {
+		t.Fatalf("connections %+v, want only the older peer's", cfg.Connections)
+	}
+}
