@@ -587,7 +587,7 @@ func TestDeploymentShape(t *testing.T) {
 			ini := pod.InitContainers[0]
 			if *ini.Name != "agent-init" || *ini.Image != tc.opts.AgentImage ||
 				!slices.Equal(ini.Command, []string{"/gateway-agent"}) ||
-				!slices.Equal(ini.Args, []string{"init", "--config", "/etc/vpn-gateway/model.json"}) {
+				!slices.Equal(ini.Args, []string{"init", "--config-dir", "/etc/vpn-gateway"}) {
 				t.Errorf("init container %s %s %v %v", *ini.Name, *ini.Image, ini.Command, ini.Args)
 			}
 
@@ -609,7 +609,12 @@ func TestDeploymentShape(t *testing.T) {
 			if gw.Protocol == model.ProtocolIPsec && *pod.Containers[0].Image != tc.opts.StrongSwanImage {
 				t.Errorf("charon image %s", *pod.Containers[0].Image)
 			}
-			if !slices.Equal(agent.Args, []string{"run", "--gateway", gw.Name, "--namespace", gw.Namespace}) {
+			metricsPort := tc.opts.MetricsPort
+			if metricsPort == 0 {
+				metricsPort = DefaultMetricsPort
+			}
+			if !slices.Equal(agent.Args, []string{"run", "--gateway", gw.Name, "--namespace", gw.Namespace,
+				"--config-map", gw.Name + "-gateway-config", "--metrics-addr", fmt.Sprintf(":%d", metricsPort)}) {
 				t.Errorf("agent args %v", agent.Args)
 			}
 			var podNS bool
@@ -620,10 +625,6 @@ func TestDeploymentShape(t *testing.T) {
 			}
 			if !podNS {
 				t.Error("agent lacks POD_NAMESPACE from the downward API")
-			}
-			metricsPort := tc.opts.MetricsPort
-			if metricsPort == 0 {
-				metricsPort = 9090
 			}
 			var hasMetrics bool
 			for _, p := range agent.Ports {

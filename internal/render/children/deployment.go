@@ -109,14 +109,14 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 	// Init: install the nftables ruleset before any tunnel can come up (fail-closed).
 	initC := container(gw, ContainerAgentInit, opts.AgentImage, opts).
 		WithCommand(AgentCommand).
-		WithArgs("init", "--config", ModelPath).
+		WithArgs("init", "--config-dir", ConfigDir).
 		WithVolumeMounts(configMount())
 
 	// Agent sidecar: converges charon (over VICI) or the WireGuard device, reports status and
 	// serves metrics. It reads its configuration and secrets through the API (see the Role).
 	agent := container(gw, ContainerAgent, opts.AgentImage, opts).
 		WithCommand(AgentCommand).
-		WithArgs("run", "--gateway", gw.Name, "--namespace", gw.Namespace).
+		WithArgs("run", "--gateway", gw.Name, "--namespace", gw.Namespace, "--config-map", ConfigMapName(gw.Name), "--metrics-addr", ":"+strconv.Itoa(int(opts.MetricsPort))).
 		WithEnv(
 			corev1ac.EnvVar().WithName("POD_NAMESPACE").WithValueFrom(corev1ac.EnvVarSource().
 				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.namespace"))),
