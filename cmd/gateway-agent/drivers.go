@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render"
+)
+
+type driverOptions struct {
+	viciSocket    string
+	wireguardMode string
+	wireguardIf   string
+}
+
+func (o *driverOptions) bindFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.viciSocket, "vici-socket", "unix:///run/strongswan/charon.vici", "charon's VICI socket (IPsec gateways)")
+	f.StringVar(&o.wireguardMode, "wireguard-mode", "auto", "WireGuard device: auto (kernel when available), kernel or userspace")
+	f.StringVar(&o.wireguardIf, "wireguard-interface", "wg0", "WireGuard device name")
+}
+
+// lazyDriver creates the protocol's driver when the first configuration says which protocol
+// the gateway speaks.
+type lazyDriver struct {
+	opts driverOptions
+	log  logr.Logger
+
+	mu       sync.Mutex
+	protocol model.Protocol
+	d        agent.Driver
+}
+
+func (l *lazyDriver) get(ctx context.Context, p model.Protocol) (agent.Driver, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.d != nil {
+		if p != l.protocol {
+			return nil, fmt.Errorf("gateway protocol changed from %s to %s; the gateway pod must be recreated", l.protocol, p)
+		}
+		return l.d, nil
+	}
+	var err error
+	switch p {
+	case model.ProtocolIPsec:
+		l.d, err = newIPsecDriver(ctx, l.opts, l.log.WithName("strongswan"))
+	case model.ProtocolWireGuard:
+		l.d, err = wireguard.New(ctx, wireguard.Options{InterfaceName: l.opts.wireguardIf, Mode: wireguard.Mode(l.opts.wireguardMode), Logger: l.log.WithName("wireguard")})
+	default:
+		err = fmt.Errorf("unknown protocol %q", p)
+	}
+	if err != nil {
+		l.d = nil
+		return nil, err
+	}
+	l.protocol = p
+	return l.d, nil
+}
+
+func (l *lazyDriver) current() agent.Driver {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.d
+}
+
+func (l *lazyDriver) Apply(ctx context.Context, b *render.Bundle, s agent.Secrets) error {
+	d, err := l.get(ctx, b.Model.Protocol)
+	if err != nil {
+		return err
+	}
+	return d.Apply(ctx, b, s)
+}
+
+func (l *lazyDriver) Peers(ctx context.Context) (map[string]agent.PeerState, error) {
+	if d := l.current(); d != nil {
+		return d.Peers(ctx)
+	}
+	return nil, errors.New("no dataplane yet")
+}
+
+func (l *lazyDriver) Changes() <-chan struct{} {
+	if d := l.current(); d != nil {
+		return d.Changes()
+	}
+	return nil
+}
+
+func (l *lazyDriver) Close() error {
+	if d := l.current(); d != nil {
+		return d.Close()
+	}
+	return nil
+}

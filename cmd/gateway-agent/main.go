@@ -1,0 +1,196 @@
+// Command gateway-agent runs inside each gateway pod. `init` installs the rendered nftables
+// ruleset before any tunnel exists (fail closed); `run` converges strongSwan or WireGuard and
+// the ruleset to the gateway's rendered configuration, reports each peer's tunnel to its
+// VPNPeer status, and serves /metrics, /healthz and /readyz.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/firewall"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/metrics"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/source"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/status"
+	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render"
+)
+
+func main() {
+	if err := command().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func command() *cobra.Command {
+	zapOpts := zap.Options{}
+	root := &cobra.Command{
+		Use:           "gateway-agent",
+		Short:         "Apply a VPN gateway's rendered dataplane and report its tunnels",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+		PersistentPreRun: func(*cobra.Command, []string) {
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+		},
+	}
+	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
+	zapOpts.BindFlags(logFlags)
+	root.PersistentFlags().AddGoFlagSet(logFlags)
+	root.AddCommand(initCommand(), runCommand())
+	return root
+}
+
+func initCommand() *cobra.Command {
+	var configDir string
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Install the rendered nftables ruleset and enable forwarding, then exit (fail closed)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ruleset, err := os.ReadFile(filepath.Join(configDir, render.KeyRuleset))
+			if err != nil {
+				return fmt.Errorf("no ruleset: %w", err)
+			}
+			if err := (&firewall.Firewall{}).Apply(cmd.Context(), string(ruleset)); err != nil {
+				return err
+			}
+			return enableForwarding()
+		},
+	}
+	cmd.Flags().StringVar(&configDir, "config-dir", "/etc/vpn-gateway", "directory holding the gateway's ConfigMap data")
+	return cmd
+}
+
+// enableForwarding turns IPv4 forwarding on, or checks that the pod's sysctls already did
+// (/proc/sys is read-only in an unprivileged container).
+func enableForwarding() error {
+	const path = "/proc/sys/net/ipv4/ip_forward"
+	if cur, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(cur)) == "1" {
+		return nil
+	}
+	if err := os.WriteFile(path, []byte("1\n"), 0o644); err != nil {
+		return fmt.Errorf("IPv4 forwarding is off and cannot be enabled (set the pod sysctl net.ipv4.ip_forward=1): %w", err)
+	}
+	return nil
+}
+
+type runOptions struct {
+	gateway, namespace, configMap string
+	configDir, secretsDir         string
+	metricsAddr                   string
+	drivers                       driverOptions
+}
+
+func runCommand() *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Converge the dataplane to the gateway's configuration and report tunnel state",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer cancel()
+			return run(ctx, o, ctrl.Log.WithName("agent"))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.gateway, "gateway", "", "the VPNGateway's name")
+	f.StringVar(&o.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the gateway's namespace")
+	f.StringVar(&o.configMap, "config-map", "", "the gateway's ConfigMap (default <gateway>-gateway-config)")
+	f.StringVar(&o.configDir, "config-dir", "", "read the configuration from this directory instead of the API (lab, tests)")
+	f.StringVar(&o.secretsDir, "secrets-dir", "", "with --config-dir: read Secrets from <dir>/<secret>/<key>")
+	f.StringVar(&o.metricsAddr, "metrics-addr", ":9090", "address of /metrics, /healthz and /readyz (empty disables)")
+	o.drivers.bindFlags(f)
+	return cmd
+}
+
+func run(ctx context.Context, o runOptions, log logr.Logger) error {
+	if o.configDir == "" && (o.gateway == "" || o.namespace == "") {
+		return errors.New("--gateway and --namespace are required (or --config-dir)")
+	}
+	if o.configMap == "" {
+		o.configMap = o.gateway + "-gateway-config"
+	}
+	updates := make(chan agent.Update)
+	var reporter agent.Reporter
+	var feed func(context.Context) error
+	if o.configDir != "" {
+		files := &source.Files{ConfigDir: o.configDir, SecretsDir: o.secretsDir, Log: log.WithName("files")}
+		feed = func(ctx context.Context) error { return files.Run(ctx, updates) }
+	}
+	if o.gateway != "" && o.namespace != "" {
+		cfg, err := ctrl.GetConfig()
+		if err != nil && o.configDir == "" {
+			return err
+		}
+		if err == nil {
+			c, err := client.New(cfg, client.Options{Scheme: operator.Scheme()})
+			if err != nil {
+				return err
+			}
+			reporter = &status.Writer{Client: c, Namespace: o.namespace}
+			if o.configDir == "" {
+				cs, err := kubernetes.NewForConfig(cfg)
+				if err != nil {
+					return err
+				}
+				api := &source.API{Client: cs, Namespace: o.namespace, ConfigMap: o.configMap, Log: log.WithName("api")}
+				feed = func(ctx context.Context) error { return api.Run(ctx, updates) }
+			}
+		}
+	}
+
+	driver := &lazyDriver{opts: o.drivers, log: log}
+	defer driver.Close()
+	engine := &agent.Engine{Driver: driver, Firewall: &firewall.Firewall{}, Reporter: reporter, Log: log}
+
+	if o.metricsAddr != "" {
+		srv := metricsServer(o, engine)
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error(err, "metrics server")
+			}
+		}()
+		defer srv.Shutdown(context.Background()) //nolint:errcheck
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- feed(ctx) }()
+	go func() { errs <- engine.Run(ctx, updates) }()
+	err := <-errs
+	return err
+}
+
+func metricsServer(o runOptions, e *agent.Engine) *http.Server {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(&metrics.Collector{Namespace: o.namespace, Gateway: o.gateway, Snapshot: e.Last})
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !e.Ready() {
+			http.Error(w, "no configuration applied yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return &http.Server{Addr: o.metricsAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}
