@@ -1,7 +1,6 @@
 package wireguard
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -28,8 +27,7 @@ type userspaceDevice struct {
 
 // openDevice makes d.name a WireGuard device: an existing kernel link is adopted; otherwise,
 // depending on the mode, a kernel link is created or the userspace device started.
-func (d *Driver) openDevice(ctx context.Context) error {
-	_ = ctx
+func (d *Driver) openDevice() error {
 	link, err := netlink.LinkByName(d.name)
 	var notFound netlink.LinkNotFoundError
 	switch {

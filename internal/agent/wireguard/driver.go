@@ -109,7 +109,7 @@ type Driver struct {
 	uspace *userspaceDevice // nil in kernel mode
 	// created: New created the device (rather than adopting an existing kernel link).
 	created bool
-	salt   [32]byte
+	salt    [32]byte
 
 	mu sync.Mutex
 	// desired is the last applied bundle's peers, in the bundle's order.
@@ -144,6 +144,9 @@ type desiredPeer struct {
 // WireGuard link of that name is adopted; otherwise the driver tries to create one and falls
 // back to the userspace device when the kernel cannot.
 func New(ctx context.Context, opts Options) (*Driver, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if opts.InterfaceName == "" {
 		opts.InterfaceName = DefaultInterfaceName
 	}
@@ -172,7 +175,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	if _, err := rand.Read(d.salt[:]); err != nil {
 		return nil, fmt.Errorf("random salt: %w", err)
 	}
-	if err := d.openDevice(ctx); err != nil {
+	if err := d.openDevice(); err != nil {
 		return nil, err
 	}
 	client, err := wgctrl.New()
@@ -230,7 +233,8 @@ func (d *Driver) Close() error {
 // routes of the configured peers' allowed IPs through the device. A missing or invalid
 // private key is an error naming its Secret, and nothing is changed. A peer whose pre-shared
 // key Secret is missing or invalid is left out (removed if it was configured) and reported as
-// StateMissingSecret.
+// StateMissingSecret. WireGuard cannot unset a peer's endpoint: a peer whose endpoint is
+// removed from the bundle keeps the last one until it roams.
 func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secrets) error {
 	if b == nil || b.WireGuard == nil {
 		return errors.New("the bundle has no WireGuard configuration")
@@ -243,6 +247,7 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 	if err != nil {
 		return fmt.Errorf("device private key: %w", err)
 	}
+	defer clear(priv[:])
 	if cfg.Interface.ListenPort == 0 {
 		return errors.New("interface listen port is 0")
 	}
@@ -270,6 +275,13 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 		alive time.Duration
 	}
 	wants := map[wgtypes.Key]*want{}
+	defer func() {
+		for _, w := range wants {
+			if w.psk != nil {
+				clear(w.psk[:])
+			}
+		}
+	}()
 	var desired []desiredPeer
 	for _, p := range cfg.Peers {
 		pub, err := p.PublicKeyBytes()
@@ -316,17 +328,17 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 	if err != nil {
 		return fmt.Errorf("reading device %s: %s", d.name, redact(err.Error()))
 	}
+	defer wipeDevice(dev)
 
 	// Device settings: only what differs.
 	var devCfg wgtypes.Config
 	if dev.PublicKey != priv.PublicKey() {
-		devCfg.PrivateKey = &priv
+		devCfg.PrivateKey = &priv // cleared when Apply returns
 	}
 	if dev.ListenPort != int(cfg.Interface.ListenPort) {
 		port := int(cfg.Interface.ListenPort)
 		devCfg.ListenPort = &port
 	}
-	priv = wgtypes.Key{}
 
 	// Peers: add or update what changed, remove what is gone. A configured peer the driver
 	// has no hash for (the agent restarted next to a kernel device, or an earlier
@@ -347,7 +359,16 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 				continue
 			}
 		}
-		devCfg.Peers = append(devCfg.Peers, w.pc)
+		pc := w.pc
+		if !present { // nothing to clear on a new peer
+			if w.psk == nil {
+				pc.PresharedKey = nil
+			}
+			if w.alive == 0 {
+				pc.PersistentKeepaliveInterval = nil
+			}
+		}
+		devCfg.Peers = append(devCfg.Peers, pc)
 		changed = append(changed, key)
 	}
 	var removed []wgtypes.Key
@@ -366,14 +387,6 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 
 	if devCfg.PrivateKey != nil || devCfg.ListenPort != nil || len(devCfg.Peers) > 0 {
 		err := d.client.ConfigureDevice(d.name, devCfg)
-		if devCfg.PrivateKey != nil {
-			*devCfg.PrivateKey = wgtypes.Key{}
-		}
-		for i := range devCfg.Peers {
-			if k := devCfg.Peers[i].PresharedKey; k != nil {
-				*k = wgtypes.Key{}
-			}
-		}
 		if err != nil {
 			// Partly applied at worst: forget the hashes so that the next Apply compares
 			// with the device.
@@ -396,11 +409,6 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 			d.log.Info("peers removed", "count", len(removed))
 		}
 	}
-	for _, w := range wants {
-		if w.psk != nil {
-			*w.psk = wgtypes.Key{}
-		}
-	}
 
 	// The link: MTU, address, up; then the routes of the configured peers.
 	var routes []netip.Prefix
@@ -411,6 +419,15 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 		return err
 	}
 	return nil
+}
+
+// wipeDevice clears the keys wgctrl read back from the device (it returns the private key
+// and the pre-shared keys with everything else), so they do not linger in the driver's memory.
+func wipeDevice(dev *wgtypes.Device) {
+	clear(dev.PrivateKey[:])
+	for i := range dev.Peers {
+		clear(dev.Peers[i].PresharedKey[:])
+	}
 }
 
 // readKey reads and decodes a base64 WireGuard key from a Secret; errors name the Secret and

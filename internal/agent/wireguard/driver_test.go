@@ -318,8 +318,14 @@ func TestTunnelLifecycle(t *testing.T) {
 			before.LastHandshake, after.LastHandshake, before.EstablishedAt, after.EstablishedAt)
 	}
 	devAfter := devicePeer(t, gwNode, siteKey.PublicKey())
-	if devAfter == nil || devAfter.ReceiveBytes < devBefore.ReceiveBytes || devAfter.LastHandshakeTime.Before(devBefore.LastHandshakeTime) {
-		t.Errorf("peer A on the device was reset: before %+v, after %+v", devBefore, devAfter)
+	// (Never print a wgtypes.Peer: it holds the pre-shared key.)
+	if devBefore == nil || devAfter == nil {
+		t.Fatal("peer A is not on the device")
+	}
+	if devAfter.ReceiveBytes <= devBefore.ReceiveBytes || devAfter.TransmitBytes <= devBefore.TransmitBytes || devAfter.LastHandshakeTime.Before(devBefore.LastHandshakeTime) {
+		t.Errorf("peer A on the device was reset: rx %d -> %d, tx %d -> %d, handshake %s -> %s",
+			devBefore.ReceiveBytes, devAfter.ReceiveBytes, devBefore.TransmitBytes, devAfter.TransmitBytes,
+			devBefore.LastHandshakeTime, devAfter.LastHandshakeTime)
 	}
 	if routes := ourRoutes(t, gw, gwNode.Interface); strings.Join(routes, ",") != "203.0.113.0/28,203.0.113.16/28,203.0.113.64/27" {
 		t.Errorf("gateway routes with peers A and B: %v", routes)
@@ -381,6 +387,26 @@ func TestTunnelLifecycle(t *testing.T) {
 		t.Errorf("peer A's session was reset along the way: established %s -> %s", before.EstablishedAt, final.EstablishedAt)
 	}
 
+	// 6. The site's device crashes and comes back (a new helper, same interface name): the
+	// tunnel is re-established without touching the gateway.
+	siteSpec := siteConfig(siteKeyRef, "203.0.113.1/28", rwg.Peer{
+		Name: "gateway", PublicKey: gwPub, AllowedIPs: pfx("100.64.7.0/24"),
+		Endpoint: "198.51.100.2:51820", PresharedKey: &pskRef,
+	})
+	siteNode.Kill()
+	restarted := wgtest.Start(t, site, wgtest.Options{InterfaceName: siteNode.Interface})
+	nodes = append(nodes, restarted)
+	apply(restarted, siteSpec)
+	if err := netns.Eventually(10*time.Second, func() error { return ping(site, "100.64.7.1") }); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, gwNode, "site-a", 5*time.Second, func(s agent.PeerState) error {
+		if !s.LastHandshake.After(final.LastHandshake) {
+			return errors.New("no new handshake")
+		}
+		return established(s)
+	})
+
 	// The scan covers the device's own log, not just the driver's.
 	for _, want := range []string{"UAPI: Updating private key", "UAPI: Updating preshared key", "handshake"} {
 		if !strings.Contains(gwNode.Log()+siteNode.Log(), want) {
@@ -421,8 +447,11 @@ func TestMissingPrivateKey(t *testing.T) {
 	if derr != nil {
 		t.Fatal(derr)
 	}
-	if dev.PublicKey != (wgtypes.Key{}) || len(dev.Peers) != 0 {
-		t.Errorf("a failed Apply configured the device: key set %v, %d peers", dev.PublicKey != (wgtypes.Key{}), len(dev.Peers))
+	if dev.PrivateKey != (wgtypes.Key{}) || dev.ListenPort == 51820 || len(dev.Peers) != 0 {
+		t.Errorf("a failed Apply configured the device: key set %v, port %d, %d peers", dev.PrivateKey != (wgtypes.Key{}), dev.ListenPort, len(dev.Peers))
+	}
+	if out := gw.MustRun("ip", "-o", "addr", "show", "dev", node.Interface); strings.Contains(out, "100.64.7.1") {
+		t.Errorf("a failed Apply set the address: %s", out)
 	}
 	if peers, err := node.Peers(); err != nil || len(peers) != 0 {
 		t.Errorf("peers after failed Applies: %v, %v", peers, err)
@@ -433,8 +462,11 @@ func TestMissingPrivateKey(t *testing.T) {
 	if err := node.Apply(cfg, wgtest.Secrets{gwKeyRef: []byte(gwKey.String()), pskRef: []byte(psk.String())}); err != nil {
 		t.Fatal(err)
 	}
-	if dev, err := node.Device(); err != nil || dev.PublicKey != gwKey.PublicKey() || len(dev.Peers) != 1 {
-		t.Fatalf("device after Apply: %v, %v", dev, err)
+	// (Never print a wgtypes.Device: it holds the private key.)
+	if dev, err := node.Device(); err != nil {
+		t.Fatal(err)
+	} else if dev.PublicKey != gwKey.PublicKey() || len(dev.Peers) != 1 {
+		t.Fatalf("device after Apply: public key %s (want %s), %d peers", dev.PublicKey, gwKey.PublicKey(), len(dev.Peers))
 	}
 	if found := wgtest.FindKeys(node.Log(), map[string]wgtypes.Key{"private key": gwKey, "pre-shared key": psk}); len(found) > 0 {
 		t.Errorf("key material in the log: %v", found)

@@ -1,6 +1,7 @@
 package wireguard
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"net"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
 )
 
 type secretMap map[model.SecretKeyRef][]byte
@@ -158,5 +160,30 @@ func TestPeerState(t *testing.T) {
 		if s.BytesIn != 10 || s.BytesOut != 20 || s.PacketsIn != 0 || s.PacketsOut != 0 {
 			t.Errorf("%s: counters %+v", c.name, s)
 		}
+	}
+}
+
+func TestResolveEndpoint(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct{ endpoint, want, note string }{
+		{"", "", ""},
+		{"198.51.100.20:51820", "198.51.100.20:51820", ""},
+		{"[2001:db8::40]:51820", "[2001:db8::40]:51820", ""},
+		{"no-port", "", "not host:port"},
+	} {
+		ep, note := resolveEndpoint(ctx, rwg.Peer{Endpoint: c.endpoint})
+		got := ""
+		if ep != nil {
+			got = ep.String()
+		}
+		if got != c.want || !strings.Contains(note, c.note) || (c.note == "" && note != "") {
+			t.Errorf("%q: %q, %q", c.endpoint, got, note)
+		}
+	}
+	// A DNS name is resolved (localhost, from /etc/hosts: no traffic leaves the machine).
+	if ep, note := resolveEndpoint(ctx, rwg.Peer{Endpoint: "localhost:51820"}); ep == nil {
+		t.Skipf("localhost does not resolve here: %s", note)
+	} else if !ep.IP.IsLoopback() || ep.Port != 51820 {
+		t.Errorf("localhost:51820 resolved to %s", ep)
 	}
 }

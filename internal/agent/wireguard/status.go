@@ -32,6 +32,7 @@ func (d *Driver) peersLocked(now time.Time) (map[string]agent.PeerState, error) 
 	if err != nil {
 		return nil, fmt.Errorf("reading device %s: %s", d.name, redact(err.Error()))
 	}
+	wipeDevice(dev)
 	onDevice := make(map[wgtypes.Key]*wgtypes.Peer, len(dev.Peers))
 	for i := range dev.Peers {
 		onDevice[dev.Peers[i].PublicKey] = &dev.Peers[i]

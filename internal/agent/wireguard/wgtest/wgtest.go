@@ -15,6 +15,10 @@
 //	err := node.Apply(cfg, wgtest.Secrets{ref: []byte(key.String())})
 //	peers, err := node.Peers()
 //
+// A TestMain that does more (envtest, ...) starts with
+//
+//	if wgtest.IsHelper() { os.Exit(wgtest.RunHelper()) }
+//
 // Start registers cleanup (Stop) with t; a node whose test process dies exits by itself when
 // its stdin closes. Userspace devices put their UAPI socket in /var/run/wireguard, shared
 // across namespaces: Start picks an interface name unique on the machine (UniqueInterfaceName)
@@ -277,6 +281,7 @@ func (n *Node) Changed() (bool, error) {
 
 // Device reads the node's device through its UAPI socket from the calling process, as
 // `wg show` does (userspace devices; a kernel device is only visible inside its namespace).
+// The result holds the private and pre-shared keys, as wgctrl returns them: never print it.
 func (n *Node) Device() (*wgtypes.Device, error) {
 	c, err := wgctrl.New()
 	if err != nil {

@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
+)
+
+// Fakes for the engine's logic only; the real drivers and firewall have their own tests
+// against charon, WireGuard and nftables.
+type fakeFirewall struct {
+	err      error
+	applied  []string
+	counters map[string]nft.CounterValue
+}
+
+func (f *fakeFirewall) Apply(_ context.Context, r string) error {
+	if f.err != nil {
+		return f.err
+	}
+	f.applied = append(f.applied, r)
+	return nil
+}
+func (f *fakeFirewall) Counters(context.Context) (map[string]nft.CounterValue, error) {
+	return f.counters, nil
+}
+
+type fakeDriver struct {
+	applied int
+	states  map[string]PeerState
+}
+
+func (d *fakeDriver) Apply(context.Context, *render.Bundle, Secrets) error { d.applied++; return nil }
+func (d *fakeDriver) Peers(context.Context) (map[string]PeerState, error) { return d.states, nil }
+func (d *fakeDriver) Changes() <-chan struct{}                            { return nil }
+func (d *fakeDriver) Close() error                                        { return nil }
+
+type fakeReporter struct{ snaps []Snapshot }
+
+func (r *fakeReporter) Report(_ context.Context, _ *render.Bundle, s Snapshot) error {
+	r.snaps = append(r.snaps, s)
+	return nil
+}
+
+func bundle() *render.Bundle {
+	return &render.Bundle{
+		Model: &model.Gateway{Name: "gw", Protocol: model.ProtocolIPsec, ServiceCIDR: netip.MustParsePrefix("100.64.7.0/24"),
+			Peers: []model.Peer{
+				{Name: "a", Authorization: model.Decision{Authorized: true, Reason: model.ReasonDefaultAllow}},
+				{Name: "b", Authorization: model.Decision{Reason: model.ReasonNoGrants}},
+			}},
+		Ruleset: "table ip bnerd_vpn {}",
+	}
+}
+
+// The ruleset goes first: if it cannot be applied, no tunnel is configured (fail closed).
+func TestEngineFailsClosed(t *testing.T) {
+	fw := &fakeFirewall{err: errors.New("nft: syntax error")}
+	d := &fakeDriver{}
+	e := &Engine{Driver: d, Firewall: fw, Log: logr.Discard()}
+	if err := e.Apply(context.Background(), Update{Bundle: bundle()}); err == nil {
+		t.Fatal("Apply succeeded although the ruleset failed")
+	}
+	if d.applied != 0 {
+		t.Errorf("driver applied %d times although the ruleset failed", d.applied)
+	}
+	if e.Ready() {
+		t.Error("engine ready without an applied configuration")
+	}
+}
+
+// A snapshot joins the driver's tunnel state, the model's authorization and the ruleset's
+// per-peer drop counters; a peer the driver does not know is reported down.
+func TestEngineSnapshot(t *testing.T) {
+	a := nft.PeerCounters("a")
+	b := nft.PeerCounters("b")
+	fw := &fakeFirewall{counters: map[string]nft.CounterValue{a.In: {Packets: 1}, b.In: {Packets: 7, Bytes: 700}, b.Out: {Packets: 2}}}
+	d := &fakeDriver{states: map[string]PeerState{"a": {State: StateEstablished, BytesIn: 10}}}
+	r := &fakeReporter{}
+	e := &Engine{Driver: d, Firewall: fw, Reporter: r, Log: logr.Discard()}
+	if err := e.Apply(context.Background(), Update{Bundle: bundle()}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := e.Refresh(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, pb := snap.Peers["a"], snap.Peers["b"]
+	if !pa.Connected() || !pa.Authorized || pa.BytesIn != 10 || pa.DropsIn.Packets != 1 {
+		t.Errorf("peer a: %+v", pa)
+	}
+	if pb.Connected() || pb.Authorized || pb.State != StateDown || pb.DropsIn.Packets != 7 || pb.DropsOut.Packets != 2 {
+		t.Errorf("peer b: %+v", pb)
+	}
+	if len(r.snaps) != 1 {
+		t.Errorf("reported %d snapshots, want 1", len(r.snaps))
+	}
+}
