@@ -38,9 +38,9 @@ type fakeDriver struct {
 }
 
 func (d *fakeDriver) Apply(context.Context, *render.Bundle, Secrets) error { d.applied++; return nil }
-func (d *fakeDriver) Peers(context.Context) (map[string]PeerState, error) { return d.states, nil }
-func (d *fakeDriver) Changes() <-chan struct{}                            { return nil }
-func (d *fakeDriver) Close() error                                        { return nil }
+func (d *fakeDriver) Peers(context.Context) (map[string]PeerState, error)  { return d.states, nil }
+func (d *fakeDriver) Changes() <-chan struct{}                             { return nil }
+func (d *fakeDriver) Close() error                                         { return nil }
 
 type fakeReporter struct{ snaps []Snapshot }
 
