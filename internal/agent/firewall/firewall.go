@@ -39,11 +39,10 @@ func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 	if ruleset == f.applied {
 		return nil
 	}
+	// What the old table counted is carried into the totals once it has been replaced.
+	var before map[string]nft.CounterValue
 	if f.applied != "" {
-		// Carry what the old table counted into the totals before it is replaced.
-		if cur, err := f.read(ctx); err == nil {
-			f.carry(cur)
-		}
+		before, _ = f.read(ctx)
 	}
 	cmd := exec.CommandContext(ctx, f.nft(), "-f", "-")
 	cmd.Stdin = strings.NewReader(ruleset)
@@ -52,6 +51,7 @@ func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("applying nftables ruleset: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
+	f.carry(before)
 	f.applied = ruleset
 	return nil
 }
