@@ -1,0 +1,202 @@
+// Package hostnetwork is the endpoint provider that runs the gateway pod in a node's network
+// namespace, pinned to that node: the public address is the configured one, or the node's
+// ExternalIP, or its InternalIP. Two host-network gateways on one node whose tunnel ports
+// overlap (any two IPsec gateways: UDP 500/4500; WireGuard gateways on the same listen port)
+// cannot both run: the older gateway (creation time, then namespace/name) keeps the node,
+// the younger gets Conflict naming it. Nothing is created, so Delete does nothing.
+package hostnetwork
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+)
+
+// DefaultRecheck is Config.Recheck when zero.
+const DefaultRecheck = time.Minute
+
+// Config configures the provider.
+type Config struct {
+	// Recheck is the RetryAfter of NotFound and Conflict (a node may join, the older gateway
+	// may go); DefaultRecheck when zero.
+	Recheck time.Duration
+}
+
+// Provider is the host network endpoint provider.
+type Provider struct {
+	r   client.Reader
+	cfg Config
+}
+
+var _ cloud.Provider = (*Provider)(nil)
+
+// New builds a provider reading Nodes and VPNGateways through r.
+func New(r client.Reader, cfg Config) *Provider {
+	if cfg.Recheck <= 0 {
+		cfg.Recheck = DefaultRecheck
+	}
+	return &Provider{r: r, cfg: cfg}
+}
+
+// Ensure implements cloud.Provider.
+func (p *Provider) Ensure(ctx context.Context, req cloud.Request) (cloud.Result, error) {
+	if err := req.Validate(); err != nil {
+		return cloud.Failed(cloud.Terminalf(cloud.ReasonInvalidConfiguration, 0, "%v", err)), nil
+	}
+	ep := req.Endpoint
+	if ep.Kind != model.EndpointHostNetwork || ep.NodeName == "" {
+		return cloud.Failed(cloud.Terminalf(cloud.ReasonInvalidConfiguration, 0, "gateway %s: the host network provider needs a hostNetwork endpoint with a node name", req)), nil
+	}
+
+	node := &corev1.Node{}
+	err := p.r.Get(ctx, types.NamespacedName{Name: ep.NodeName}, node)
+	if apierrors.IsNotFound(err) {
+		return cloud.Failed(cloud.Terminalf(cloud.ReasonNotFound, p.cfg.Recheck, "node %q does not exist", ep.NodeName)), nil
+	}
+	if err != nil {
+		return cloud.Settle(apiError(err, fmt.Sprintf("reading node %q", ep.NodeName)))
+	}
+	addr, how := "", ""
+	if ep.HostAddress.IsValid() {
+		addr, how = ep.HostAddress.String(), "configured address"
+	} else {
+		addr, how = nodeAddress(node)
+	}
+	if addr == "" {
+		return cloud.Failed(cloud.Terminalf(cloud.ReasonNotFound, p.cfg.Recheck,
+			"node %q reports no ExternalIP or InternalIP; set spec.endpoint.hostNetwork.address", ep.NodeName)), nil
+	}
+
+	if e, err := p.conflict(ctx, req); err != nil {
+		return cloud.Settle(err)
+	} else if e != nil {
+		return cloud.Failed(e), nil
+	}
+	return cloud.Result{
+		PublicAddress: addr, Ready: true, Reason: cloud.ReasonReady,
+		Message: fmt.Sprintf("host network on node %s, %s %s", ep.NodeName, how, addr),
+		Pod:     cloud.PodNetwork{HostNetwork: true, NodeName: ep.NodeName},
+	}, nil
+}
+
+// Delete implements cloud.Provider: nothing was created.
+func (p *Provider) Delete(context.Context, cloud.Request) error { return nil }
+
+// nodeAddress is the node's first ExternalIP, else its first InternalIP (IPv4 before IPv6
+// within each).
+func nodeAddress(node *corev1.Node) (string, string) {
+	for _, want := range []corev1.NodeAddressType{corev1.NodeExternalIP, corev1.NodeInternalIP} {
+		var found []netip.Addr
+		for _, a := range node.Status.Addresses {
+			if a.Type != want {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				found = append(found, ip)
+			}
+		}
+		slices.SortStableFunc(found, func(a, b netip.Addr) int {
+			switch {
+			case a.Is4() && !b.Is4():
+				return -1
+			case b.Is4() && !a.Is4():
+				return 1
+			}
+			return 0
+		})
+		if len(found) > 0 {
+			return found[0].String(), "node " + string(want)
+		}
+	}
+	return "", ""
+}
+
+// gatewayPorts are the UDP ports a gateway binds on its node.
+func gatewayPorts(gw *vpnv1.VPNGateway) []cloud.Port {
+	var wg uint16
+	if gw.Spec.WireGuard != nil && gw.Spec.WireGuard.ListenPort > 0 && gw.Spec.WireGuard.ListenPort <= 65535 {
+		wg = uint16(gw.Spec.WireGuard.ListenPort)
+	}
+	return cloud.TunnelPorts(model.Protocol(gw.Spec.Protocol), wg)
+}
+
+// conflict finds the oldest other host-network gateway on the same node sharing a tunnel
+// port, if it is older than the requesting one.
+func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Error, error) {
+	var list vpnv1.VPNGatewayList
+	if err := p.r.List(ctx, &list); err != nil {
+		return nil, apiError(err, "listing VPNGateways")
+	}
+	ours := cloud.TunnelPorts(req.Protocol, req.WireGuardPort)
+	// Our own age: from the list, or the youngest possible if the reader has not seen us yet.
+	self := struct {
+		created time.Time
+		key     string
+	}{time.Now().Add(time.Hour), req.Namespace + "/" + req.Name}
+	for i := range list.Items {
+		if list.Items[i].UID == req.UID {
+			self.created = list.Items[i].CreationTimestamp.Time
+		}
+	}
+	var winner *vpnv1.VPNGateway
+	var shared []cloud.Port
+	for i := range list.Items {
+		gw := &list.Items[i]
+		hn := gw.Spec.Endpoint.HostNetwork
+		if gw.UID == req.UID || hn == nil || hn.NodeName != req.Endpoint.NodeName {
+			continue
+		}
+		var overlap []cloud.Port
+		for _, port := range gatewayPorts(gw) {
+			if slices.Contains(ours, port) {
+				overlap = append(overlap, port)
+			}
+		}
+		if len(overlap) == 0 {
+			continue
+		}
+		key := gw.Namespace + "/" + gw.Name
+		older := gw.CreationTimestamp.Time.Before(self.created) ||
+			(gw.CreationTimestamp.Time.Equal(self.created) && key < self.key)
+		if !older {
+			continue
+		}
+		if winner == nil || gw.CreationTimestamp.Time.Before(winner.CreationTimestamp.Time) ||
+			(gw.CreationTimestamp.Time.Equal(winner.CreationTimestamp.Time) && key < winner.Namespace+"/"+winner.Name) {
+			winner, shared = gw, overlap
+		}
+	}
+	if winner == nil {
+		return nil, nil
+	}
+	var ports []string
+	for _, port := range shared {
+		ports = append(ports, fmt.Sprintf("%s/%d", strings.ToUpper(port.Protocol), port.Port))
+	}
+	note := ""
+	if winner.DeletionTimestamp != nil {
+		note = " (it is being deleted)"
+	}
+	return cloud.Terminalf(cloud.ReasonConflict, p.cfg.Recheck,
+		"node %s: %s already used by the older host-network gateway %s/%s%s",
+		req.Endpoint.NodeName, strings.Join(ports, ", "), winner.Namespace, winner.Name, note), nil
+}
+
+func apiError(err error, what string) error {
+	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		return cloud.Terminalf(cloud.ReasonAuthFailed, time.Minute, "%s: the operator is not allowed to: %v", what, err)
+	}
+	return cloud.Transient(err, "%s: %v", what, err)
+}

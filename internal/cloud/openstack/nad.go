@@ -1,0 +1,78 @@
+package openstack
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/netip"
+	"strconv"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
+)
+
+// NADNameSuffix + the gateway's name names its NetworkAttachmentDefinition.
+const NADNameSuffix = "-gateway-uplink"
+
+// NADName is the name of a gateway's NetworkAttachmentDefinition.
+func NADName(gateway string) string { return gateway + NADNameSuffix }
+
+// DefaultNADConfigTemplate attaches the gateway pod to the node's Master interface with
+// macvlan, using the Neutron port's MAC and fixed IP (static IPAM), so traffic for the
+// floating IP reaches the pod as that port. Replace it (Config.NADConfigTemplate) for other
+// plumbing, e.g. host-device when the port is attached to the node as its own NIC.
+const DefaultNADConfigTemplate = `{
+  "cniVersion": "0.4.0",
+  "name": {{json .Name}},
+  "type": "macvlan",
+  "master": {{json .Master}},
+  "mode": "bridge",
+  "mac": {{json .MAC}},
+  "ipam": {
+    "type": "static",
+    "addresses": [{"address": {{json .Address}}{{if .GatewayIP}}, "gateway": {{json .GatewayIP}}{{end}}}]
+  }
+}`
+
+// NADTemplateData is what the NAD config template sees.
+type NADTemplateData struct {
+	// Name and Namespace of the NetworkAttachmentDefinition (and of the CNI network).
+	Name, Namespace string
+	// Gateway is the VPNGateway's name, UID its UID.
+	Gateway, UID string
+	// Master is Config.NADMaster.
+	Master string
+	// PortID, MAC and IP of the Neutron port; Address is IP/PrefixLength.
+	PortID, MAC, IP string
+	PrefixLength    int
+	Address         string
+	// CIDR and GatewayIP of the port's subnet; NetworkID and SubnetID.
+	CIDR, GatewayIP     string
+	NetworkID, SubnetID string
+}
+
+func (p *Provider) renderAttachment(req cloud.Request, portID, mac, ip string, sub *subnets.Subnet) (*cloud.NetworkAttachment, error) {
+	d := NADTemplateData{
+		Name: NADName(req.Name), Namespace: req.Namespace, Gateway: req.Name, UID: string(req.UID),
+		Master: p.cfg.NADMaster, PortID: portID, MAC: mac, IP: ip,
+		CIDR: sub.CIDR, GatewayIP: sub.GatewayIP, NetworkID: sub.NetworkID, SubnetID: sub.ID,
+	}
+	if pfx, err := netip.ParsePrefix(sub.CIDR); err == nil {
+		d.PrefixLength = pfx.Bits()
+	} else {
+		d.PrefixLength = 32
+	}
+	d.Address = ip + "/" + strconv.Itoa(d.PrefixLength)
+	var buf bytes.Buffer
+	if err := p.tmpl.Execute(&buf, d); err != nil {
+		return nil, cloud.Terminalf(cloud.ReasonInvalidConfiguration, 0, "rendering the NAD config template: %v", err)
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, buf.Bytes()); err != nil {
+		return nil, cloud.Terminalf(cloud.ReasonInvalidConfiguration, 0, "the NAD config template does not produce JSON: %v", err)
+	}
+	return &cloud.NetworkAttachment{
+		Name: d.Name, Namespace: d.Namespace, Config: compact.String(),
+		PortID: portID, MAC: mac, FixedIP: ip,
+	}, nil
+}
