@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
 )
@@ -25,13 +26,14 @@ func main() {
 
 func command() *cobra.Command {
 	var (
-		cfg        operator.Config
-		pool       string
-		internal   []string
-		qps        float32
-		burst      int
-		zapOpts    = zap.Options{}
-		pullPolicy string
+		cfg                                               operator.Config
+		pool                                              string
+		internal                                          []string
+		qps                                               float32
+		burst                                             int
+		zapOpts                                           = zap.Options{}
+		pullPolicy                                        string
+		osYAML, osCloud, osNetwork, osSubnet, osNADMaster string
 	)
 	cmd := &cobra.Command{
 		Use:           "operator",
@@ -53,6 +55,17 @@ func command() *cobra.Command {
 				cfg.Render.ImagePullPolicy = pp
 			default:
 				return fmt.Errorf("--image-pull-policy %q: must be Always, IfNotPresent or Never", pullPolicy)
+			}
+			if osYAML != "" {
+				raw, err := os.ReadFile(osYAML)
+				if err != nil {
+					return fmt.Errorf("--openstack-clouds-yaml: %w", err)
+				}
+				p, err := openstack.NewFromCloudsYAML(raw, osCloud, openstack.Config{NetworkID: osNetwork, SubnetID: osSubnet, NADMaster: osNADMaster})
+				if err != nil {
+					return fmt.Errorf("OpenStack endpoint provider: %w", err)
+				}
+				cfg.OpenStack = p
 			}
 			restCfg, err := ctrl.GetConfig()
 			if err != nil {
@@ -79,6 +92,11 @@ func command() *cobra.Command {
 	f.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "health probe address (0 disables)")
 	f.BoolVar(&cfg.LeaderElection, "leader-elect", false, "elect a leader so only one replica reconciles")
 	f.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (defaults to the pod's)")
+	f.StringVar(&osYAML, "openstack-clouds-yaml", "", "clouds.yaml (mounted from a Secret) for OpenStack floating IP endpoints; unset disables them")
+	f.StringVar(&osCloud, "openstack-cloud", "openstack", "the cloud in clouds.yaml")
+	f.StringVar(&osNetwork, "openstack-network-id", "", "Neutron network the gateways' ports are created on")
+	f.StringVar(&osSubnet, "openstack-subnet-id", "", "subnet of that network for the ports' addresses (optional)")
+	f.StringVar(&osNADMaster, "openstack-nad-master", "eth1", "node interface the Multus attachment of a gateway port uses")
 	f.Float32Var(&qps, "kube-api-qps", 200, "API requests per second")
 	f.IntVar(&burst, "kube-api-burst", 400, "API request burst")
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)

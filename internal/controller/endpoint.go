@@ -2,46 +2,114 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/netip"
+	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
 
-// resolveEndpoint finds the gateway's public address. Host network works here; the cloud
-// providers (OpenStack floating IPs, LoadBalancer Services) are reported as not configured
-// until their providers are wired in.
-func (r *GatewayReconciler) resolveEndpoint(ctx context.Context, gw *vpnv1.VPNGateway) endpointResult {
-	ep := gw.Spec.Endpoint
-	switch {
-	case ep.HostNetwork != nil:
-		if ep.HostNetwork.Address != "" {
-			return endpointResult{ep.HostNetwork.Address, ok(ReasonEndpointReady, "host network on node "+ep.HostNetwork.NodeName)}
-		}
-		node := &corev1.Node{}
-		err := r.Client.Get(ctx, types.NamespacedName{Name: ep.HostNetwork.NodeName}, node)
-		if apierrors.IsNotFound(err) {
-			return endpointResult{"", failed(ReasonNodeNotFound, fmt.Sprintf("node %q does not exist", ep.HostNetwork.NodeName))}
-		} else if err != nil {
-			return endpointResult{"", failed(ReasonNodeNotFound, fmt.Sprintf("reading node %q: %v", ep.HostNetwork.NodeName, err))}
-		}
-		for _, want := range []corev1.NodeAddressType{corev1.NodeExternalIP, corev1.NodeInternalIP} {
-			for _, a := range node.Status.Addresses {
-				if a.Type == want {
-					return endpointResult{a.Address, ok(ReasonEndpointReady, "host network on node "+node.Name)}
-				}
+// endpointRequest is what the endpoint providers need to know about a gateway.
+func endpointRequest(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer) cloud.Request {
+	req := cloud.Request{
+		Namespace: gw.Namespace, Name: gw.Name, UID: gw.UID,
+		Protocol: model.Protocol(gw.Spec.Protocol),
+		Endpoint: modelEndpoint(gw.Spec.Endpoint),
+	}
+	if gw.Spec.WireGuard != nil {
+		req.WireGuardPort = uint16(gw.Spec.WireGuard.ListenPort)
+	}
+	// The tunnel ports are opened to the peers only when every peer has a fixed address.
+	var addrs []netip.Addr
+	for _, p := range peers {
+		var host string
+		switch {
+		case p.Spec.IPsec != nil:
+			host = p.Spec.IPsec.Peer.Address
+		case p.Spec.WireGuard != nil && p.Spec.WireGuard.Endpoint != "":
+			if ap, err := netip.ParseAddrPort(p.Spec.WireGuard.Endpoint); err == nil {
+				host = ap.Addr().String()
 			}
 		}
-		return endpointResult{"", failed(ReasonNoNodeAddress, fmt.Sprintf("node %q reports no ExternalIP or InternalIP; set spec.endpoint.hostNetwork.address", node.Name))}
-	case ep.FloatingIP != "":
-		return endpointResult{ep.FloatingIP, failed(ReasonProviderMissing, "the OpenStack endpoint provider is not configured in this operator")}
-	case ep.FloatingIPPool != "":
-		return endpointResult{"", failed(ReasonProviderMissing, "the OpenStack endpoint provider is not configured in this operator")}
-	case ep.LoadBalancer != nil:
-		return endpointResult{"", failed(ReasonProviderMissing, "the LoadBalancer endpoint provider is not configured in this operator")}
+		a, err := netip.ParseAddr(host)
+		if err != nil {
+			return req // a dynamic or named peer: open to everyone
+		}
+		addrs = append(addrs, a)
 	}
-	return endpointResult{"", failed(ReasonProviderMissing, "spec.endpoint names no provider")}
+	if len(peers) > 0 {
+		req.PeerAddresses = addrs
+	}
+	return req
+}
+
+// modelEndpoint mirrors the API's endpoint for the providers (the API server validated it).
+func modelEndpoint(ep vpnv1.Endpoint) model.Endpoint {
+	switch {
+	case ep.FloatingIPPool != "":
+		return model.Endpoint{Kind: model.EndpointFloatingIPPool, FloatingIPPool: ep.FloatingIPPool}
+	case ep.FloatingIP != "":
+		a, _ := netip.ParseAddr(ep.FloatingIP)
+		return model.Endpoint{Kind: model.EndpointFloatingIP, FloatingIP: a}
+	case ep.LoadBalancer != nil:
+		return model.Endpoint{Kind: model.EndpointLoadBalancer, LoadBalancerClass: ep.LoadBalancer.LoadBalancerClass, Annotations: ep.LoadBalancer.Annotations}
+	case ep.HostNetwork != nil:
+		a, _ := netip.ParseAddr(ep.HostNetwork.Address)
+		return model.Endpoint{Kind: model.EndpointHostNetwork, NodeName: ep.HostNetwork.NodeName, HostAddress: a}
+	}
+	return model.Endpoint{}
+}
+
+// ensureEndpoint provisions the public endpoint; a transient failure is returned for retry
+// with backoff, everything else lands in the EndpointReady condition.
+func (r *GatewayReconciler) ensureEndpoint(ctx context.Context, s *gatewayScope) (time.Duration, error) {
+	res, err := r.Endpoints.Ensure(ctx, endpointRequest(s.gw, s.peers))
+	s.endpoint = endpointResult{publicAddress: res.PublicAddress, pod: res.Pod}
+	switch {
+	case res.Ready:
+		s.endpoint.outcome = ok(cloud.ReasonReady, res.Message)
+	default:
+		reason := res.Reason
+		if reason == "" {
+			reason = cloud.ReasonProvisioning
+		}
+		s.endpoint.outcome = failed(reason, res.Message)
+	}
+	if err != nil {
+		if e, ok := cloud.AsError(err); ok && e.Terminal {
+			return res.RetryAfter, nil
+		}
+		return 0, err
+	}
+	return res.RetryAfter, nil
+}
+
+// networkAttachment is the Multus NetworkAttachmentDefinition giving the pod its cloud port.
+func networkAttachment(att *cloud.NetworkAttachment, owner metav1.OwnerReference) (*unstructured.Unstructured, error) {
+	var cfg map[string]any
+	if err := json.Unmarshal([]byte(att.Config), &cfg); err != nil {
+		return nil, fmt.Errorf("network attachment config is not JSON: %w", err)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"config": att.Config}}}
+	u.SetAPIVersion("k8s.cni.cncf.io/v1")
+	u.SetKind("NetworkAttachmentDefinition")
+	u.SetNamespace(att.Namespace)
+	u.SetName(att.Name)
+	u.SetLabels(map[string]string{LabelManagedBy: LabelManagedByValue})
+	u.SetOwnerReferences([]metav1.OwnerReference{owner})
+	return u, nil
+}
+
+func applyNetworkAttachment(ctx context.Context, c client.Client, u *unstructured.Unstructured) error {
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying NetworkAttachmentDefinition %s (is Multus installed?): %w", u.GetName(), err)
+	}
+	return nil
 }

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/ipam"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
@@ -44,6 +45,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
@@ -52,7 +54,9 @@ type GatewayReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	Options  Options
-	alloc    *allocator
+	// Endpoints provisions public endpoints (OpenStack, LoadBalancer, host network).
+	Endpoints *cloud.Chooser
+	alloc     *allocator
 	// poolRetry is how long a gateway waits before retrying an exhausted pool.
 	poolRetry time.Duration
 }
@@ -75,6 +79,7 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&corev1.Service{}). // the LoadBalancer endpoint: its address arriving
 		// Peers matter to the gateway through their spec (and existence), not their status.
 		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(gatewayOfPeer), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfService)).
@@ -135,7 +140,11 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	r.allocateServiceCIDR(s, &result)
-	s.endpoint = r.resolveEndpoint(ctx, gw)
+	retry, err := r.ensureEndpoint(ctx, s)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	result.RequeueAfter = minPositive(result.RequeueAfter, retry)
 	if s.serviceCIDR.IsValid() {
 		if err := r.build(ctx, s); err != nil {
 			errs = append(errs, err)
@@ -160,6 +169,11 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 func (r *GatewayReconciler) finalize(ctx context.Context, gw *vpnv1.VPNGateway) error {
 	if !controllerutil.ContainsFinalizer(gw, FinalizerAddresses) {
 		return nil
+	}
+	// Cloud resources go first; the finalizer stays until they are gone (a pinned floating IP
+	// is only disassociated).
+	if err := r.Endpoints.DeleteAll(ctx, endpointRequest(gw, nil)); err != nil {
+		return fmt.Errorf("deleting the public endpoint: %w", err)
 	}
 	r.alloc.release(gw.Namespace, gw.Name)
 	patch := client.MergeFrom(gw.DeepCopy())
@@ -272,6 +286,18 @@ func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope) 
 		return nil
 	}
 	kids.ConfigMap.WithData(data)
+	if att := s.endpoint.pod.NetworkAttachment; att != nil {
+		nad, err := networkAttachment(att, owner)
+		if err != nil {
+			s.rendered = failed(ReasonRenderFailed, err.Error())
+			return nil
+		}
+		if err := applyNetworkAttachment(ctx, r.Client, nad); err != nil {
+			s.rendered = failed(ReasonApplyFailed, err.Error())
+			return err
+		}
+		kids.Deployment.Spec.Template.WithAnnotations(map[string]string{cloud.NetworksAnnotation: att.PodAnnotation()})
+	}
 	if err := applyAll(ctx, r.Client, s.gw.Namespace, kids); err != nil {
 		s.rendered = failed(ReasonApplyFailed, err.Error())
 		return err
@@ -327,3 +353,14 @@ func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// minPositive is the smaller of two durations, ignoring zeros.
+func minPositive(a, b time.Duration) time.Duration {
+	switch {
+	case a == 0:
+		return b
+	case b == 0:
+		return a
+	}
+	return min(a, b)
+}

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
 
@@ -30,10 +31,6 @@ const (
 	ReasonAvailable           = "Available"
 	ReasonUnavailable         = "Unavailable"
 	ReasonNotCreated          = "NotCreated"
-	ReasonEndpointReady       = "Ready"
-	ReasonProviderMissing     = "ProviderNotConfigured"
-	ReasonNodeNotFound        = "NodeNotFound"
-	ReasonNoNodeAddress       = "NoNodeAddress"
 
 	// ConditionGrantsValid: every grant can be honoured (no reverse-exposure conflicts,
 	// no overlapping peer subnets).
@@ -64,6 +61,7 @@ func failed(reason, msg string) outcome { return outcome{metav1.ConditionFalse, 
 type endpointResult struct {
 	publicAddress string
 	outcome       outcome
+	pod           cloud.PodNetwork
 }
 
 // gatewayScope carries what one reconcile pass of a gateway found; status is computed from it

@@ -23,6 +23,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/hostnetwork"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/loadbalancer"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
@@ -40,6 +43,8 @@ type Config struct {
 	LeaderElectionNamespace string
 	// SkipControllerNameValidation lets one process start the operator more than once (tests).
 	SkipControllerNameValidation bool
+	// OpenStack, when set, provisions floatingIP / floatingIPPool endpoints.
+	OpenStack cloud.Provider
 }
 
 // Scheme holds every type the operator reads or writes.
@@ -131,7 +136,10 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 		return nil, err
 	}
 	recorder := mgr.GetEventRecorder("bnerd-vpn-operator")
-	if err := (&controller.GatewayReconciler{Client: mgr.GetClient(), Recorder: recorder, Options: cfg.Options}).
+	endpoints := cloud.NewChooser(cfg.OpenStack,
+		loadbalancer.New(mgr.GetClient(), loadbalancer.Config{}),
+		hostnetwork.New(mgr.GetClient(), hostnetwork.Config{}))
+	if err := (&controller.GatewayReconciler{Client: mgr.GetClient(), Recorder: recorder, Options: cfg.Options, Endpoints: endpoints}).
 		SetupWithManager(mgr, cfg.Concurrency); err != nil {
 		return nil, fmt.Errorf("gateway controller: %w", err)
 	}
