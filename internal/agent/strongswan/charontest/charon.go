@@ -90,7 +90,7 @@ func Start(t testing.TB, ns *Netns, name string, cfg Config) *Charon {
 	t.Helper()
 	// A short directory: a unix socket path has at most 107 bytes, and t.TempDir() is named
 	// after the test.
-	dir, err := os.MkdirTemp("", "charon-"+name+"-")
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-charon-%s-", Prefix, os.Getpid(), name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -74,35 +75,48 @@ func NewRun(t testing.TB) *Run {
 }
 
 // Sweep kills every process inside, and deletes, the namespaces named <Prefix><pid>-... whose
-// process pid no longer exists. Namespaces of live processes (a concurrent test binary) are
-// left alone.
+// process pid no longer exists, and removes such daemons' directories in os.TempDir().
+// Namespaces and directories of live processes (a concurrent test binary) are left alone.
 func Sweep() error {
-	entries, err := os.ReadDir("/run/netns")
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
 	var errs []error
+	entries, err := os.ReadDir("/run/netns")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
 	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), Prefix)
-		if !ok {
-			continue
-		}
-		pidText, _, ok := strings.Cut(rest, "-")
-		if !ok {
-			continue
-		}
-		pid, err := strconv.Atoi(pidText)
-		if err != nil || pid <= 0 || processAlive(pid) {
+		if !stale(e.Name()) {
 			continue
 		}
 		if err := deleteNetns(e.Name()); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	dirs, err := os.ReadDir(os.TempDir())
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, e := range dirs {
+		if e.IsDir() && stale(e.Name()) {
+			if err := os.RemoveAll(filepath.Join(os.TempDir(), e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// stale reports whether name is <Prefix><pid>-... of a process that no longer exists.
+func stale(name string) bool {
+	rest, ok := strings.CutPrefix(name, Prefix)
+	if !ok {
+		return false
+	}
+	pidText, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return false
+	}
+	pid, err := strconv.Atoi(pidText)
+	return err == nil && pid > 0 && !processAlive(pid)
 }
 
 // deleteNetns kills the processes inside the namespace, then deletes it.
