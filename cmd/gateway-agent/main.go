@@ -97,6 +97,7 @@ type runOptions struct {
 	gateway, namespace, configMap string
 	configDir, secretsDir         string
 	metricsAddr                   string
+	statusInterval                time.Duration
 	drivers                       driverOptions
 }
 
@@ -118,6 +119,7 @@ func runCommand() *cobra.Command {
 	f.StringVar(&o.configDir, "config-dir", "", "read the configuration from this directory instead of the API (lab, tests)")
 	f.StringVar(&o.secretsDir, "secrets-dir", "", "with --config-dir: read Secrets from <dir>/<secret>/<key>")
 	f.StringVar(&o.metricsAddr, "metrics-addr", ":9090", "address of /metrics, /healthz and /readyz (empty disables)")
+	f.DurationVar(&o.statusInterval, "status-interval", 15*time.Second, "shortest time between two VPNPeer status writes that only update counters (state changes are written at once)")
 	o.drivers.bindFlags(f)
 	return cmd
 }
@@ -146,7 +148,7 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 			if err != nil {
 				return err
 			}
-			reporter = &status.Writer{Client: c, Namespace: o.namespace}
+			reporter = &status.Writer{Client: c, Namespace: o.namespace, MinInterval: o.statusInterval}
 			if o.configDir == "" {
 				cs, err := kubernetes.NewForConfig(cfg)
 				if err != nil {

@@ -55,6 +55,8 @@ type Engine struct {
 	Log      logr.Logger
 	// RefreshEvery is the periodic refresh interval (default 5 s).
 	RefreshEvery time.Duration
+	// SkipLocalAddress leaves the gateway's service-CIDR address alone (unit tests).
+	SkipLocalAddress bool
 
 	mu      sync.Mutex
 	bundle  *render.Bundle
@@ -69,6 +71,11 @@ func (e *Engine) Apply(ctx context.Context, u Update) error {
 	}
 	if err := e.Firewall.Apply(ctx, u.Bundle.Ruleset); err != nil {
 		return err // the previous ruleset and tunnels stay as they are
+	}
+	if !e.SkipLocalAddress {
+		if err := ensureLocalAddress(u.Bundle.Model); err != nil {
+			return err
+		}
 	}
 	if err := e.Driver.Apply(ctx, u.Bundle, u.Secrets); err != nil {
 		return fmt.Errorf("%s dataplane: %w", u.Bundle.Model.Protocol, err)

@@ -211,7 +211,7 @@ func gatewayAgent(t *testing.T, ns *netns.NS, namespace, gateway string, extra .
 	port := apiProxy(t, ns)
 	kubeconfig := serviceAccountKubeconfig(t, namespace, children.Name(gateway), port)
 	args := append([]string{"env", "KUBECONFIG=" + kubeconfig, agentBin, "run",
-		"--gateway", gateway, "--namespace", namespace, "--metrics-addr", "127.0.0.1:9090"}, extra...)
+		"--gateway", gateway, "--namespace", namespace, "--metrics-addr", "127.0.0.1:9090", "--status-interval", "1s"}, extra...)
 	return ns.Start(args...)
 }
 

@@ -100,6 +100,9 @@ func (w *Writer) write(ctx context.Context, peer string, gen int64, s agent.Peer
 		t := metav1.NewTime(s.LastHandshake.Truncate(time.Second))
 		tunnel.LastHandshake = &t
 	}
-	st := &vpnv1.VPNPeerStatus{Conditions: []metav1.Condition{cond}, Tunnel: tunnel}
+	st := &vpnv1.VPNPeerStatus{Conditions: []metav1.Condition{cond}}
+	if *tunnel != (vpnv1.TunnelStatus{}) {
+		st.Tunnel = tunnel // no tunnel, no tunnel status (an empty object would be sent as null)
+	}
 	return kube.ApplyStatus(ctx, w.Client, vpnv1.GroupVersion.WithKind("VPNPeer"), w.Namespace, peer, FieldOwner, st)
 }
