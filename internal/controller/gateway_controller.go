@@ -41,7 +41,7 @@ import (
 // +kubebuilder:rbac:groups=vpn.bnerd.net,resources=vpnpeers/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts;services,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
@@ -51,9 +51,11 @@ import (
 
 // GatewayReconciler turns a VPNGateway and its peers into the gateway's children and status.
 type GatewayReconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
-	Options  Options
+	Client client.Client
+	// APIReader reads Secrets directly: the cache holds none.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Options   Options
 	// Endpoints provisions public endpoints (OpenStack, LoadBalancer, host network).
 	Endpoints *cloud.Chooser
 	alloc     *allocator
@@ -145,6 +147,9 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		errs = append(errs, err)
 	}
 	result.RequeueAfter = minPositive(result.RequeueAfter, retry)
+	if err := r.ensureWireGuardKey(ctx, s); err != nil {
+		errs = append(errs, err)
+	}
 	if s.serviceCIDR.IsValid() {
 		if err := r.build(ctx, s); err != nil {
 			errs = append(errs, err)
@@ -265,11 +270,7 @@ func (s *gatewayScope) configWasInvalid() bool {
 }
 
 func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope) error {
-	owner := metav1.OwnerReference{
-		APIVersion: vpnv1.GroupVersion.String(), Kind: "VPNGateway",
-		Name: s.gw.Name, UID: s.gw.UID,
-		Controller: ptr(true), BlockOwnerDeletion: ptr(true),
-	}
+	owner := gatewayOwner(s.gw)
 	kids, err := children.Render(s.built, owner, r.Options.Render)
 	if err != nil {
 		s.rendered = failed(ReasonRenderFailed, err.Error())

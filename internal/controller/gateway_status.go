@@ -42,6 +42,7 @@ var conditionOrder = []string{
 	vpnv1.ConditionAddressesAllocated,
 	vpnv1.ConditionConfigValid,
 	ConditionGrantsValid,
+	ConditionKeyReady,
 	vpnv1.ConditionEndpointReady,
 	vpnv1.ConditionRendered,
 	vpnv1.ConditionGatewayAvailable,
@@ -76,6 +77,9 @@ type gatewayScope struct {
 	rendered    outcome
 	endpoint    endpointResult
 	deployment  *appsv1.Deployment
+	// key is the KeyReady outcome; publicKey the WireGuard public key.
+	key       outcome
+	publicKey string
 }
 
 // computeGatewayStatus is the gateway's whole status, derived from the scope. Conditions keep
@@ -100,7 +104,9 @@ func computeGatewayStatus(s *gatewayScope, now metav1.Time) vpnv1.VPNGatewayStat
 		vpnv1.ConditionEndpointReady:      s.endpoint.outcome,
 		vpnv1.ConditionRendered:           s.rendered,
 		vpnv1.ConditionGatewayAvailable:   deploymentOutcome(s.deployment),
+		ConditionKeyReady:                 s.key,
 	}
+	st.WireGuardPublicKey = s.publicKey
 	switch {
 	case s.built != nil:
 		outcomes[vpnv1.ConditionConfigValid] = ok(ReasonValid, "gateway and peers form a valid configuration")

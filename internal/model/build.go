@@ -310,6 +310,15 @@ func nonNegative(field string, d time.Duration, errs *errList) time.Duration {
 	return d
 }
 
+// WireGuardKeyRef is where a WireGuard gateway's private key lives, and whether it is the
+// operator's own Secret (generated when absent) rather than one the user named.
+func WireGuardKeyRef(gw *vpnv1.VPNGateway) (ref SecretKeyRef, generated bool) {
+	if s := gw.Spec.WireGuard; s != nil && s.PrivateKeySecretRef != nil {
+		return SecretKeyRef{Name: s.PrivateKeySecretRef.Name, Key: s.PrivateKeySecretRef.Key}, false
+	}
+	return SecretKeyRef{Name: gw.Name + defaultWGKeySuffix, Key: defaultWGKeyKey}, true
+}
+
 func buildWireGuardGateway(gwName string, s *vpnv1.WireGuardGatewaySettings, errs *errList) *WireGuardGateway {
 	out := &WireGuardGateway{
 		ListenPort: defaultWGListenPort,

@@ -139,7 +139,7 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 	endpoints := cloud.NewChooser(cfg.OpenStack,
 		loadbalancer.New(mgr.GetClient(), loadbalancer.Config{}),
 		hostnetwork.New(mgr.GetClient(), hostnetwork.Config{}))
-	if err := (&controller.GatewayReconciler{Client: mgr.GetClient(), Recorder: recorder, Options: cfg.Options, Endpoints: endpoints}).
+	if err := (&controller.GatewayReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Options: cfg.Options, Endpoints: endpoints}).
 		SetupWithManager(mgr, cfg.Concurrency); err != nil {
 		return nil, fmt.Errorf("gateway controller: %w", err)
 	}

@@ -278,6 +278,9 @@ type VPNGatewayStatus struct {
 	// +listMapKey=name
 	// +optional
 	ReverseExposures []ExposureStatus `json:"reverseExposures,omitempty"`
+	// WireGuardPublicKey is the gateway's public key, for the client's device (WireGuard).
+	// +optional
+	WireGuardPublicKey string `json:"wireguardPublicKey,omitempty"`
 	// Peers referencing this gateway.
 	// +optional
 	Peers int32 `json:"peers,omitempty"`
