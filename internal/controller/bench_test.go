@@ -39,6 +39,7 @@ func benchControlPlane(b *testing.B, gateways, peersPer int) {
 	parallel(b, gateways, func(i int) []client.Object {
 		gw := ipsecGateway(ns, fmt.Sprintf("gw-%04d", i))
 		gw.Spec.ReverseExposures = nil
+		gw.Spec.Endpoint.HostNetwork.NodeName = fmt.Sprintf("node-%04d", i) // one gateway per node
 		objs := []client.Object{gw}
 		for j := range peersPer {
 			name := fmt.Sprintf("gw-%04d-p%02d", i, j)

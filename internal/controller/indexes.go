@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/hostnetwork"
 )
 
 // Field indexes the reconcilers look objects up by.
@@ -17,6 +18,8 @@ const (
 	IndexPeerSecret = "vpn.bnerd.net/secret-names"
 	// IndexGatewayService: VPNGateway by the names of its exposure target Services.
 	IndexGatewayService = "vpn.bnerd.net/target-services"
+	// IndexGatewayNode: VPNGateway by its host-network node (conflict checks).
+	IndexGatewayNode = "vpn.bnerd.net/host-network-node"
 )
 
 // SetupIndexes registers the field indexes on the manager's cache.
@@ -29,6 +32,11 @@ func SetupIndexes(ctx context.Context, mgr manager.Manager) error {
 	}
 	if err := idx.IndexField(ctx, &vpnv1.VPNPeer{}, IndexPeerSecret, func(o client.Object) []string {
 		return peerSecretNames(o.(*vpnv1.VPNPeer))
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &vpnv1.VPNGateway{}, IndexGatewayNode, func(o client.Object) []string {
+		return hostnetwork.NodeName(o.(*vpnv1.VPNGateway))
 	}); err != nil {
 		return err
 	}

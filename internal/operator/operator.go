@@ -138,7 +138,7 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 	recorder := mgr.GetEventRecorder("bnerd-vpn-operator")
 	endpoints := cloud.NewChooser(cfg.OpenStack,
 		loadbalancer.New(mgr.GetClient(), loadbalancer.Config{}),
-		hostnetwork.New(mgr.GetClient(), hostnetwork.Config{}))
+		hostnetwork.New(mgr.GetClient(), hostnetwork.Config{NodeIndex: controller.IndexGatewayNode}))
 	if err := (&controller.GatewayReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Options: cfg.Options, Endpoints: endpoints}).
 		SetupWithManager(mgr, cfg.Concurrency); err != nil {
 		return nil, fmt.Errorf("gateway controller: %w", err)

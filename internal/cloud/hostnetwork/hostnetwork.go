@@ -32,6 +32,19 @@ type Config struct {
 	// Recheck is the RetryAfter of NotFound and Conflict (a node may join, the older gateway
 	// may go); DefaultRecheck when zero.
 	Recheck time.Duration
+	// NodeIndex, when set, is a field index of VPNGateways by their host-network node name
+	// (IndexNodeName), so a conflict check lists only the gateways on the same node instead
+	// of every gateway in the cluster.
+	NodeIndex string
+}
+
+// NodeName is the value IndexNodeName-style indexes hold for a gateway: its host-network
+// node, or nothing.
+func NodeName(gw *vpnv1.VPNGateway) []string {
+	if hn := gw.Spec.Endpoint.HostNetwork; hn != nil {
+		return []string{hn.NodeName}
+	}
+	return nil
 }
 
 // Provider is the host network endpoint provider.
@@ -136,7 +149,11 @@ func gatewayPorts(gw *vpnv1.VPNGateway) []cloud.Port {
 // port, if it is older than the requesting one.
 func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Error, error) {
 	var list vpnv1.VPNGatewayList
-	if err := p.r.List(ctx, &list); err != nil {
+	var opts []client.ListOption
+	if p.cfg.NodeIndex != "" {
+		opts = append(opts, client.MatchingFields{p.cfg.NodeIndex: req.Endpoint.NodeName})
+	}
+	if err := p.r.List(ctx, &list, opts...); err != nil {
 		return nil, apiError(err, "listing VPNGateways")
 	}
 	ours := cloud.TunnelPorts(req.Protocol, req.WireGuardPort)
