@@ -3,11 +3,9 @@ package children
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"fmt"
+	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -22,8 +20,6 @@ import (
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current renderer")
 
 func mustRender(t *testing.T, gw *model.Gateway, opts Options) *Children {
 	t.Helper()
@@ -54,45 +50,11 @@ func toYAML(t *testing.T, c *Children) []byte {
 func TestGolden(t *testing.T) {
 	for _, tc := range renderCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			got := toYAML(t, mustRender(t, tc.gw(), tc.opts))
-			path := filepath.Join("testdata", tc.name+".golden")
-			if *update {
-				if err := os.MkdirAll("testdata", 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("read golden (run go test ./internal/render/children -update): %v", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s differs from the rendered children (rerun with -update if intended)\n%s", path, lineDiff(string(want), string(got)))
-			}
+			golden.Assert(t, tc.name, toYAML(t, mustRender(t, tc.gw(), tc.opts)))
 		})
 	}
 }
 
-// lineDiff shows the first differing lines, enough to see what changed.
-func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < len(w) || i < len(g); i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			return fmt.Sprintf("line %d:\n  golden:   %q\n  rendered: %q", i+1, wl, gl)
-		}
-	}
-	return "(no line differs)"
-}
 
 func TestDeterministic(t *testing.T) {
 	for _, tc := range renderCases() {
@@ -100,7 +62,7 @@ func TestDeterministic(t *testing.T) {
 			first := toYAML(t, mustRender(t, tc.gw(), tc.opts))
 			for range 5 {
 				if again := toYAML(t, mustRender(t, tc.gw(), tc.opts)); !bytes.Equal(first, again) {
-					t.Fatalf("rendering twice differs:\n%s", lineDiff(string(first), string(again)))
+					t.Fatalf("rendering twice differs:\n%s", golden.Diff(string(first), string(again)))
 				}
 			}
 		})
@@ -116,7 +78,7 @@ func TestRoleIndependentOfPeerOrder(t *testing.T) {
 	ya, _ := yaml.Marshal(a.Role)
 	yb, _ := yaml.Marshal(b.Role)
 	if !bytes.Equal(ya, yb) {
-		t.Fatalf("Role depends on peer order:\n%s", lineDiff(string(ya), string(yb)))
+		t.Fatalf("Role depends on peer order:\n%s", golden.Diff(string(ya), string(yb)))
 	}
 }
 

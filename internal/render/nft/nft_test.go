@@ -1,9 +1,9 @@
 package nft
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
+	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -16,8 +16,6 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current renderer")
 
 func mustRender(t testing.TB, g *model.Gateway, o Options) string {
 	t.Helper()
@@ -33,23 +31,7 @@ func TestGolden(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := tc.gw()
 			got := mustRender(t, g, tc.opts(g))
-			path := filepath.Join("testdata", tc.name+".golden")
-			if *update {
-				if err := os.MkdirAll("testdata", 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("read golden (run go test ./internal/render/nft -update): %v", err)
-			}
-			if !bytes.Equal([]byte(got), want) {
-				t.Errorf("%s differs from the rendered ruleset (rerun with -update if intended)\n%s", path, lineDiff(string(want), got))
-			}
+			golden.Assert(t, tc.name, []byte(got))
 			// Rendering is deterministic.
 			if again := mustRender(t, tc.gw(), tc.opts(tc.gw())); again != got {
 				t.Error("a second render differs from the first")
@@ -334,22 +316,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < max(len(w), len(g)); i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			return fmt.Sprintf("line %d:\n- %s\n+ %s", i+1, wl, gl)
-		}
-	}
-	return "(no line differs)"
-}
 
 // TestLargeRuleset: thousands of peers render into few lines (nft parses a statement spread
 // over many lines slowly from a file) and load from a file as well as from stdin.

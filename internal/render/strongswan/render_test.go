@@ -1,13 +1,10 @@
 package strongswan
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
+	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
 	"reflect"
 	"slices"
 	"strings"
@@ -18,8 +15,6 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/strongswan/swanconf"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current renderer")
 
 func render(t testing.TB, gw *model.Gateway, opts Options) (*Config, string) {
 	t.Helper()
@@ -34,34 +29,16 @@ func render(t testing.TB, gw *model.Gateway, opts Options) (*Config, string) {
 	return cfg, conf
 }
 
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden (run go test ./internal/render/strongswan -update): %v", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (rerun with -update if intended)\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
-}
-
 func TestGolden(t *testing.T) {
 	for _, tc := range cases() {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, conf := render(t, tc.gw, tc.opts)
-			golden(t, tc.name+".swanctl.conf", []byte(conf))
+			golden.Assert(t, tc.name+".swanctl.conf", []byte(conf))
 			js, err := json.MarshalIndent(cfg, "", "  ")
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, tc.name+".json", append(js, '\n'))
+			golden.Assert(t, tc.name+".json", append(js, '\n'))
 		})
 	}
 }

@@ -5,12 +5,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
+	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,8 +17,6 @@ import (
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current renderer")
 
 func render(t testing.TB, gw *model.Gateway) (*Config, string) {
 	t.Helper()
@@ -35,34 +31,16 @@ func render(t testing.TB, gw *model.Gateway) (*Config, string) {
 	return cfg, text
 }
 
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden (run go test ./internal/render/wireguard -update): %v", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (rerun with -update if intended)\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
-}
-
 func TestGolden(t *testing.T) {
 	for _, tc := range cases() {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, text := render(t, tc.gw)
-			golden(t, tc.name+".conf", []byte(text))
+			golden.Assert(t, tc.name+".conf", []byte(text))
 			js, err := json.MarshalIndent(cfg, "", "  ")
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, tc.name+".json", append(js, '\n'))
+			golden.Assert(t, tc.name+".json", append(js, '\n'))
 		})
 	}
 }
