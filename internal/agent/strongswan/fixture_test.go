@@ -46,6 +46,8 @@ type site struct {
 	ikeProp string
 	// rekey is the CHILD_SA rekey time the gateway renders for this peer (1h).
 	rekey time.Duration
+	// start is the site's start_action (start: the device initiates when configured).
+	start string
 }
 
 // conf is the site's swanctl.conf: initiates at load (start), heals through DPD.
@@ -71,7 +73,7 @@ func (s *site) conf() string {
         local_ts = %[6]s
         remote_ts = %[7]s
         esp_proposals = %[8]s
-        start_action = start
+        start_action = %[10]s
         dpd_action = restart
         close_action = start
       }
@@ -85,7 +87,7 @@ secrets {
     secret = "%[9]s"
   }
 }
-`, s.addr, s.gwAddr, s.ikeProp, s.id, gwLocalID, s.subnet, serviceCIDR, espProposal, s.psk)
+`, s.addr, s.gwAddr, s.ikeProp, s.id, gwLocalID, s.subnet, serviceCIDR, espProposal, s.psk, s.start)
 }
 
 func (s *site) load(t *testing.T) {
@@ -196,9 +198,10 @@ func (f *fixture) say(s string) {
 	f.said = append(f.said, s)
 }
 
-// addSite creates a site namespace linked to the gateway: n is 0 for 198.51.100.0/24
-// (203.0.113.0/28 behind it), 1 for 192.0.2.0/24 (203.0.113.16/28).
-func (f *fixture) addSite(name string, n int, psk string) *site {
+// newSite creates a site namespace linked to the gateway, with its charon not configured yet:
+// n is 0 for 198.51.100.0/24 (203.0.113.0/28 behind it), 1 for 192.0.2.0/24
+// (203.0.113.16/28).
+func (f *fixture) newSite(name string, n int, psk string) *site {
 	f.t.Helper()
 	links := []struct{ gw, site, subnet, host string }{
 		{"198.51.100.1", "198.51.100.2", "203.0.113.0/28", "203.0.113.1"},
@@ -208,15 +211,23 @@ func (f *fixture) addSite(name string, n int, psk string) *site {
 	s := &site{
 		name: name, id: name + ".example.test", addr: l.site, gwAddr: l.gw, subnet: l.subnet, host: l.host,
 		psk: psk, secret: model.SecretKeyRef{Name: name + "-psk", Key: "psk"}, ikeProp: ikeProposal,
-		rekey: time.Hour,
+		rekey: time.Hour, start: "start",
 	}
 	s.ns = f.run.Netns(name)
 	charontest.Veth(f.gwNS, fmt.Sprintf("veth-%d-gw", n), l.gw+"/24", s.ns, "veth-site", l.site+"/24")
 	s.ns.AddLoopback(l.host + "/32")
 	s.charon = charontest.Start(f.t, s.ns, name, charontest.Config{})
-	s.load(f.t)
 	f.sites[name] = s
 	f.pskSeen = append(f.pskSeen, psk)
+	return s
+}
+
+// addSite is newSite with the site's device configured (it initiates at once, and fails
+// until the gateway knows it).
+func (f *fixture) addSite(name string, n int, psk string) *site {
+	f.t.Helper()
+	s := f.newSite(name, n, psk)
+	s.load(f.t)
 	return s
 }
 

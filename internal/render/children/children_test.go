@@ -55,7 +55,6 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-
 func TestDeterministic(t *testing.T) {
 	for _, tc := range renderCases() {
 		t.Run(tc.name, func(t *testing.T) {

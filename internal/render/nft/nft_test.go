@@ -316,7 +316,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-
 // TestLargeRuleset: thousands of peers render into few lines (nft parses a statement spread
 // over many lines slowly from a file) and load from a file as well as from stdin.
 func TestLargeRuleset(t *testing.T) {
