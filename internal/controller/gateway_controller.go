@@ -311,6 +311,11 @@ func (r *GatewayReconciler) observeDeployment(ctx context.Context, s *gatewaySco
 	d := &appsv1.Deployment{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.gw.Namespace, Name: children.Name(s.gw.Name)}, d)
 	switch {
+	case apierrors.IsNotFound(err) && s.rendered.status == metav1.ConditionTrue:
+		// Applied in this pass, not yet in the cache: it exists, with no pod ready yet (saying
+		// so now saves a second status write when the cache catches up).
+		s.deployment = &appsv1.Deployment{}
+		return nil
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:
