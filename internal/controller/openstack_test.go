@@ -1,0 +1,120 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+)
+
+// installNADCRD installs a minimal Multus NetworkAttachmentDefinition CRD (what Multus ships).
+func installNADCRD(t *testing.T) {
+	t.Helper()
+	preserve := true
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "network-attachment-definitions.k8s.cni.cncf.io"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "k8s.cni.cncf.io", Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "network-attachment-definitions", Singular: "network-attachment-definition", Kind: "NetworkAttachmentDefinition", ListKind: "NetworkAttachmentDefinitionList"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &preserve}}}},
+		},
+	}
+	ctx := context.Background()
+	sch := runtime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(sch); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(env.Config, client.Options{Scheme: sch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		l := &unstructured.UnstructuredList{}
+		l.SetAPIVersion("k8s.cni.cncf.io/v1")
+		l.SetKind("NetworkAttachmentDefinitionList")
+		return env.Client.List(ctx, l)
+	})
+}
+
+// A floating-IP-pool gateway through the whole reconciler, against real gophercloud and an
+// in-repo Neutron: the floating IP becomes the public address, the pod gets its port as a
+// Multus second NIC, and deleting the gateway leaves nothing behind in the cloud.
+func TestOpenStackEndpointThroughOperator(t *testing.T) {
+	installNADCRD(t)
+	fake := neutronfake.New()
+	t.Cleanup(fake.Close)
+	fake.AddUser("vpn-operator", "s3cr3t-pw")
+	extNet, _ := fake.AddNetwork("public", true, "203.0.113.0/24")
+	intNet, _ := fake.AddNetwork("vpn-transit", false, "100.100.0.0/24")
+	before := fake.Inventory()
+	clouds := fmt.Appendf(nil, "clouds:\n  test:\n    auth:\n      auth_url: %s\n      username: vpn-operator\n      password: s3cr3t-pw\n      project_name: vpn\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: RegionOne\n", fake.AuthURL())
+	p, err := openstack.NewFromCloudsYAML(clouds, "test", openstack.Config{NetworkID: intNet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := operatorConfig()
+	cfg.OpenStack = p
+	startOperator(t, cfg, nil)
+	ctx := context.Background()
+	ns := namespace(t)
+	gw := ipsecGateway(ns, "fip")
+	gw.Spec.Endpoint = vpnv1.Endpoint{FloatingIPPool: extNet}
+	create(t, gw)
+
+	waitCondition(t, gw, vpnv1.ConditionEndpointReady, metav1.ConditionTrue, cloud.ReasonReady)
+	if gw.Status.PublicAddress == "" {
+		t.Fatal("no public address")
+	}
+	if inv := fake.Inventory().Sub(before); inv.Ports != 1 || inv.FloatingIPs != 1 || inv.SecurityGroups != 1 {
+		t.Fatalf("cloud resources after Ensure: %+v", inv)
+	}
+	waitCondition(t, gw, vpnv1.ConditionRendered, metav1.ConditionTrue, "Applied")
+	nad := &unstructured.Unstructured{}
+	nad.SetAPIVersion("k8s.cni.cncf.io/v1")
+	nad.SetKind("NetworkAttachmentDefinition")
+	eventually(t, 20*time.Second, func() error {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fip-gateway-uplink"}, nad)
+	})
+	if refs := nad.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != gw.UID {
+		t.Errorf("attachment owners %+v", refs)
+	}
+	d := &appsv1.Deployment{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: children.Name("fip")}, d); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Spec.Template.Annotations[cloud.NetworksAnnotation]; got == "" {
+		t.Errorf("gateway pod does not request its cloud port (annotation %s missing)", cloud.NetworksAnnotation)
+	}
+
+	// Deleting the gateway releases the cloud resources before the finalizer goes.
+	if err := env.Client.Delete(ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(gw), gw); err == nil {
+			return fmt.Errorf("gateway still exists")
+		}
+		if inv := fake.Inventory().Sub(before); inv != (neutronfake.Inventory{}) {
+			return fmt.Errorf("leaked: %+v", inv)
+		}
+		return nil
+	})
+}
