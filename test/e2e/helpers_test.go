@@ -1,0 +1,1164 @@
+package e2e
+
+// Shared helpers of the live-change, agent-restart and benchmark scenarios: sockets opened
+// from the test process inside a network namespace (so traffic generators and echo servers
+// are goroutines, not processes), continuous UDP and TCP streams that count every request,
+// and a small lab (one gateway, a LAN with echo backends, any number of client sites) that
+// works with testing.TB, so benchmarks can use it as well as tests.
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/status"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// ---------------------------------------------------------------------------------------------
+// Sockets inside a namespace, opened from the test process.
+
+// inNetns runs f on an OS thread switched into the named network namespace. A socket keeps
+// the namespace it was created in for its whole life, so what f opens can be used from any
+// goroutine afterwards. f runs on a goroutine of its own: should the thread fail to switch
+// back, it stays locked and ends with that goroutine instead of serving others.
+func inNetns(name string, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("opening this thread's network namespace: %w", err)
+			return
+		}
+		defer unix.Close(orig)
+		target, err := unix.Open(filepath.Join("/run/netns", name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("opening network namespace %s: %w", name, err)
+			return
+		}
+		defer unix.Close(target)
+		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("entering network namespace %s: %w", name, err)
+			return
+		}
+		ferr := f()
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("leaving network namespace %s: %w", name, err))
+			return // the thread stays locked and dies with this goroutine
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// dialIn dials addr from inside ns, from local (may be the zero Addr) on an ephemeral port.
+func dialIn(ns, network string, local netip.Addr, addr string, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	if local.IsValid() {
+		switch network {
+		case "tcp":
+			d.LocalAddr = &net.TCPAddr{IP: local.AsSlice()}
+		case "udp":
+			d.LocalAddr = &net.UDPAddr{IP: local.AsSlice()}
+		}
+	}
+	var c net.Conn
+	err := inNetns(ns, func() error {
+		var err error
+		c, err = d.Dial(network, addr)
+		return err
+	})
+	return c, err
+}
+
+// echoServers serves, inside ns, a TCP echo (every byte back) and a UDP echo (every datagram
+// back) on addr:port; they end at cleanup.
+func echoServers(tb testing.TB, ns string, addr netip.Addr, port int) {
+	tb.Helper()
+	ap := netip.AddrPortFrom(addr, uint16(port)).String()
+	var l net.Listener
+	var pc net.PacketConn
+	if err := inNetns(ns, func() error {
+		var err error
+		if l, err = net.Listen("tcp", ap); err != nil {
+			return err
+		}
+		pc, err = net.ListenPacket("udp", ap)
+		return err
+	}); err != nil {
+		tb.Fatalf("echo servers on %s in %s: %v", ap, ns, err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	tb.Cleanup(func() {
+		l.Close()
+		pc.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(c, c); c.Close() }()
+		}
+	}()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue
+			}
+			_, _ = pc.WriteTo(buf[:n], from)
+		}
+	}()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Continuous traffic.
+
+// udpStream sends a numbered datagram every interval from one UDP socket (one flow: one
+// conntrack entry, one tunnel) to an echo server and records when each came back. The socket
+// is not connected: a send that fails (no route yet) is counted and the stream goes on.
+type udpStream struct {
+	conn  net.PacketConn
+	to    *net.UDPAddr
+	every time.Duration
+
+	mu        sync.Mutex
+	sent      []time.Time // by sequence number
+	answered  map[uint64]time.Time
+	sendErrs  int
+	lastError error
+	stop      chan struct{}
+	done      chan struct{}
+	recvDone  chan struct{}
+}
+
+// startUDPStream starts a stream from local inside ns to addr.
+func startUDPStream(tb testing.TB, ns string, local netip.Addr, addr string, every time.Duration) *udpStream {
+	tb.Helper()
+	to, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var c net.PacketConn
+	if err := inNetns(ns, func() error {
+		var err error
+		c, err = net.ListenUDP("udp", &net.UDPAddr{IP: local.AsSlice()})
+		return err
+	}); err != nil {
+		tb.Fatalf("UDP stream %s -> %s: %v", ns, addr, err)
+	}
+	s := &udpStream{conn: c, to: to, every: every, answered: map[uint64]time.Time{},
+		stop: make(chan struct{}), done: make(chan struct{}), recvDone: make(chan struct{})}
+	tb.Cleanup(func() { s.halt(); c.Close(); <-s.recvDone })
+	go s.receive()
+	go s.send()
+	return s
+}
+
+func (s *udpStream) send() {
+	defer close(s.done)
+	tick := time.NewTicker(s.every)
+	defer tick.Stop()
+	buf := make([]byte, 16)
+	copy(buf[8:], "bnerdseq")
+	for {
+		s.mu.Lock()
+		seq := uint64(len(s.sent))
+		s.sent = append(s.sent, time.Now())
+		s.mu.Unlock()
+		binary.BigEndian.PutUint64(buf, seq)
+		if _, err := s.conn.WriteTo(buf, s.to); err != nil {
+			s.mu.Lock()
+			s.sendErrs++
+			s.lastError = err
+			s.mu.Unlock()
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *udpStream) receive() {
+	defer close(s.recvDone)
+	buf := make([]byte, 2048)
+	for {
+		n, from, err := s.conn.ReadFrom(buf)
+		now := time.Now()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.mu.Lock()
+			s.lastError = err
+			s.mu.Unlock()
+			continue
+		}
+		if u, ok := from.(*net.UDPAddr); !ok || !u.IP.Equal(s.to.IP) || u.Port != s.to.Port || n != 16 || string(buf[8:16]) != "bnerdseq" {
+			continue
+		}
+		seq := binary.BigEndian.Uint64(buf)
+		s.mu.Lock()
+		if _, dup := s.answered[seq]; !dup && seq < uint64(len(s.sent)) {
+			s.answered[seq] = now
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *udpStream) halt() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+}
+
+// answeredCount is how many requests have been answered so far.
+func (s *udpStream) answeredCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.answered)
+}
+
+// firstAnswer is when the first answer arrived (zero when none has).
+func (s *udpStream) firstAnswer() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var first time.Time
+	for _, at := range s.answered {
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	return first
+}
+
+// streamReport is what a stream saw.
+type streamReport struct {
+	Sent, Answered int
+	// Lost are the requests never answered; Outage the longest stretch of consecutive lost
+	// requests (from the first one's send to the next answered one's).
+	Lost   []uint64
+	Outage time.Duration
+	// MaxRTT is the slowest answer, MaxGap the longest time between two answers.
+	MaxRTT, MaxGap time.Duration
+	SendErrs       int
+	LastError      error
+}
+
+func (r streamReport) String() string {
+	return fmt.Sprintf("sent %d, answered %d, lost %d (%s), longest outage %s, max RTT %s, max gap between answers %s, send errors %d, last error %v",
+		r.Sent, r.Answered, len(r.Lost), seqRanges(r.Lost), r.Outage.Round(time.Millisecond), r.MaxRTT.Round(time.Millisecond),
+		r.MaxGap.Round(time.Millisecond), r.SendErrs, r.LastError)
+}
+
+// finish stops sending, waits up to grace for the answers still in flight, and reports.
+func (s *udpStream) finish(grace time.Duration) streamReport {
+	s.halt()
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		all := len(s.answered) == len(s.sent)
+		s.mu.Unlock()
+		if all {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // polling for in-flight answers until the deadline
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := streamReport{Sent: len(s.sent), Answered: len(s.answered), SendErrs: s.sendErrs, LastError: s.lastError}
+	var times []time.Time
+	var outageStart time.Time
+	for seq, sentAt := range s.sent {
+		at, ok := s.answered[uint64(seq)]
+		if !ok {
+			r.Lost = append(r.Lost, uint64(seq))
+			if outageStart.IsZero() {
+				outageStart = sentAt
+			}
+			continue
+		}
+		if !outageStart.IsZero() {
+			r.Outage = max(r.Outage, at.Sub(outageStart))
+			outageStart = time.Time{}
+		}
+		r.MaxRTT = max(r.MaxRTT, at.Sub(sentAt))
+		times = append(times, at)
+	}
+	if !outageStart.IsZero() {
+		r.Outage = max(r.Outage, time.Since(outageStart))
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 1; i < len(times); i++ {
+		r.MaxGap = max(r.MaxGap, times[i].Sub(times[i-1]))
+	}
+	return r
+}
+
+// seqRanges renders sequence numbers as ranges: "3-7,12".
+func seqRanges(seqs []uint64) string {
+	if len(seqs) == 0 {
+		return "none"
+	}
+	var parts []string
+	for i := 0; i < len(seqs); {
+		j := i
+		for j+1 < len(seqs) && seqs[j+1] == seqs[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.FormatUint(seqs[i], 10))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", seqs[i], seqs[j]))
+		}
+		if len(parts) == 10 {
+			parts = append(parts, "...")
+			break
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+// tcpStream writes a numbered line every interval over one TCP connection to an echo server
+// and checks that every line comes back, in order, on the same connection.
+type tcpStream struct {
+	conn  net.Conn
+	every time.Duration
+
+	mu       sync.Mutex
+	sent     int
+	echoed   int
+	lastEcho time.Time
+	maxGap   time.Duration
+	err      error
+	stop     chan struct{}
+	done     chan struct{}
+	recvDone chan struct{}
+}
+
+// startTCPStream connects from local inside ns to addr and starts streaming.
+func startTCPStream(tb testing.TB, ns string, local netip.Addr, addr string, every time.Duration) *tcpStream {
+	tb.Helper()
+	c, err := dialIn(ns, "tcp", local, addr, 5*time.Second)
+	if err != nil {
+		tb.Fatalf("TCP stream %s -> %s: %v", ns, addr, err)
+	}
+	s := &tcpStream{conn: c, every: every, lastEcho: time.Now(),
+		stop: make(chan struct{}), done: make(chan struct{}), recvDone: make(chan struct{})}
+	tb.Cleanup(func() { s.halt(); c.Close(); <-s.recvDone })
+	go s.receive()
+	go s.send()
+	return s
+}
+
+func (s *tcpStream) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+func (s *tcpStream) send() {
+	defer close(s.done)
+	tick := time.NewTicker(s.every)
+	defer tick.Stop()
+	for seq := 0; ; seq++ {
+		_ = s.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := fmt.Fprintf(s.conn, "%d\n", seq); err != nil {
+			s.fail(fmt.Errorf("writing line %d: %w", seq, err))
+			return
+		}
+		s.mu.Lock()
+		s.sent++
+		s.mu.Unlock()
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *tcpStream) receive() {
+	defer close(s.recvDone)
+	r := bufio.NewReader(s.conn)
+	for want := 0; ; want++ {
+		line, err := r.ReadString('\n')
+		now := time.Now()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.fail(fmt.Errorf("reading echo %d: %w", want, err))
+			}
+			return
+		}
+		if got := strings.TrimSpace(line); got != strconv.Itoa(want) {
+			s.fail(fmt.Errorf("echo %d: got %q (out of order or corrupted)", want, got))
+			return
+		}
+		s.mu.Lock()
+		s.echoed++
+		s.maxGap = max(s.maxGap, now.Sub(s.lastEcho))
+		s.lastEcho = now
+		s.mu.Unlock()
+	}
+}
+
+func (s *tcpStream) halt() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+}
+
+// finish stops writing, waits up to grace for the echoes in flight, and reports: lines sent,
+// lines echoed (in order), the longest time between two echoes, and the first error.
+func (s *tcpStream) finish(grace time.Duration) (sent, echoed int, maxGap time.Duration, err error) {
+	s.halt()
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		all := s.echoed == s.sent || s.err != nil
+		s.mu.Unlock()
+		if all {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // polling for in-flight echoes until the deadline
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sent, s.echoed, s.maxGap, s.err
+}
+
+// breachProbe tries, every interval, to reach targets the peer must not reach: for each TCP
+// target a new connection (its own SYN through the tunnel), for each UDP target a datagram
+// from one socket. Every established connection and every answer is a breach.
+type breachProbe struct {
+	mu                                             sync.Mutex
+	tcpAttempts, tcpBreaches, udpSent, udpBreaches int
+	breachAt                                       []string
+
+	udp  []net.PacketConn
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// startBreachProbe probes from local inside ns; targets are "tcp:host:port" or
+// "udp:host:port".
+func startBreachProbe(tb testing.TB, ns string, local netip.Addr, every time.Duration, targets ...string) *breachProbe {
+	tb.Helper()
+	p := &breachProbe{stop: make(chan struct{})}
+	type udpTarget struct {
+		conn net.PacketConn
+		to   *net.UDPAddr
+	}
+	var tcps []string
+	var udps []udpTarget
+	for _, target := range targets {
+		network, addr, _ := strings.Cut(target, ":")
+		switch network {
+		case "tcp":
+			tcps = append(tcps, addr)
+		case "udp":
+			to, err := net.ResolveUDPAddr("udp", addr)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			var c net.PacketConn
+			if err := inNetns(ns, func() error {
+				var err error
+				c, err = net.ListenUDP("udp", &net.UDPAddr{IP: local.AsSlice()})
+				return err
+			}); err != nil {
+				tb.Fatal(err)
+			}
+			udps = append(udps, udpTarget{c, to})
+			p.udp = append(p.udp, c)
+		default:
+			tb.Fatalf("probe target %q", target)
+		}
+	}
+	tb.Cleanup(p.finish)
+	breach := func(what string) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.breachAt = append(p.breachAt, time.Now().Format(time.StampMilli)+" "+what)
+	}
+	for _, u := range udps {
+		p.wg.Add(1)
+		go func() { // answers to the UDP probes
+			defer p.wg.Done()
+			buf := make([]byte, 2048)
+			for {
+				_, from, err := u.conn.ReadFrom(buf)
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				if err == nil {
+					p.mu.Lock()
+					p.udpBreaches++
+					p.mu.Unlock()
+					breach("udp " + u.to.String() + " answered from " + from.String())
+				}
+			}
+		}()
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			for _, u := range udps {
+				p.mu.Lock()
+				p.udpSent++
+				p.mu.Unlock()
+				_, _ = u.conn.WriteTo([]byte("breach?"), u.to)
+			}
+			for _, addr := range tcps {
+				p.mu.Lock()
+				p.tcpAttempts++
+				p.mu.Unlock()
+				p.wg.Add(1)
+				go func() {
+					defer p.wg.Done()
+					c, err := dialIn(ns, "tcp", local, addr, 500*time.Millisecond)
+					if err == nil {
+						c.Close()
+						p.mu.Lock()
+						p.tcpBreaches++
+						p.mu.Unlock()
+						breach("tcp " + addr + " connected")
+					}
+				}()
+			}
+			select {
+			case <-p.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return p
+}
+
+// finish stops probing and waits for the attempts in flight.
+func (p *breachProbe) finish() {
+	select {
+	case <-p.stop:
+		return
+	default:
+	}
+	close(p.stop)
+	for _, c := range p.udp {
+		c.Close()
+	}
+	p.wg.Wait()
+}
+
+func (p *breachProbe) attempts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tcpAttempts
+}
+
+func (p *breachProbe) breaches() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tcpBreaches + p.udpBreaches
+}
+
+func (p *breachProbe) breachTimes() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.breachAt)
+}
+
+func (p *breachProbe) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return fmt.Sprintf("%d TCP connection attempts (%d connected), %d UDP datagrams (%d answered)",
+		p.tcpAttempts, p.tcpBreaches, p.udpSent, p.udpBreaches)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The suite's helpers for testing.TB (suite_test.go's take *testing.T).
+
+func waitForTB(tb testing.TB, what string, timeout time.Duration, cond func() error) {
+	tb.Helper()
+	if err := netns.Eventually(timeout, cond); err != nil {
+		tb.Fatalf("%s: not within %s: %v", what, timeout, err)
+	}
+}
+
+var namespaceSeq atomic.Int64
+
+// uniqueNamespace is base with a sequence number: a test may run more than once in one
+// process (-count, benchmarks' growing b.N), and namespaces are not deleted in envtest.
+func uniqueNamespace(base string) string {
+	return fmt.Sprintf("%s-%d", base, namespaceSeq.Add(1))
+}
+
+func createNamespace(tb testing.TB, name string) string {
+	tb.Helper()
+	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		tb.Fatal(err)
+	}
+	return name
+}
+
+// agentKubeconfig makes the API server reachable inside ns (see apiProxy) and writes a
+// kubeconfig for the gateway's ServiceAccount. Agents started one after the other in ns share
+// it.
+func agentKubeconfig(tb testing.TB, ns *netns.NS, namespace, gateway string) string {
+	tb.Helper()
+	sock := filepath.Join(tb.TempDir(), "api.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	upstream, err := url(env.Config.Host)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	tb.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				up, err := net.Dial("tcp", upstream)
+				if err != nil {
+					c.Close()
+					return
+				}
+				mu.Lock()
+				conns = append(conns, c, up)
+				mu.Unlock()
+				go io.Copy(up, c) //nolint:errcheck
+				io.Copy(c, up)    //nolint:errcheck
+			}()
+		}
+	}()
+	_, p, _ := net.SplitHostPort(upstream)
+	port, _ := strconv.Atoi(p)
+	ns.Start("socat", fmt.Sprintf("TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork", port), "UNIX-CONNECT:"+sock)
+	waitForTB(tb, "API proxy in "+ns.Name, 10*time.Second, func() error {
+		_, err := ns.Run("socat", "-u", "OPEN:/dev/null", fmt.Sprintf("TCP:127.0.0.1:%d", port))
+		return err
+	})
+
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	exp := int64(3600)
+	sa := children.Name(gateway)
+	tok, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), sa,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatalf("token for %s/%s: %v", namespace, sa, err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: fmt.Sprintf("https://127.0.0.1:%d", port), CertificateAuthorityData: env.Config.CAData}
+	cfg.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "agent", Namespace: namespace}
+	cfg.CurrentContext = "e2e"
+	path := filepath.Join(tb.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// agentLogTimes returns when the agent logged msg, in order (its log is zap JSON, one object
+// a line, with "ts" as seconds since the epoch or as RFC 3339).
+func agentLogTimes(output, msg string) []time.Time {
+	var out []time.Time
+	for _, line := range strings.Split(output, "\n") {
+		if !strings.Contains(line, msg) {
+			continue
+		}
+		var entry struct {
+			Msg string          `json:"msg"`
+			TS  json.RawMessage `json:"ts"`
+		}
+		if json.Unmarshal([]byte(line), &entry) != nil || entry.Msg != msg {
+			continue
+		}
+		var secs float64
+		var text string
+		switch {
+		case json.Unmarshal(entry.TS, &secs) == nil:
+			out = append(out, time.Unix(0, int64(secs*1e9)))
+		case json.Unmarshal(entry.TS, &text) == nil:
+			if ts, err := time.Parse(time.RFC3339Nano, text); err == nil {
+				out = append(out, ts)
+			}
+		}
+	}
+	return out
+}
+
+// ---------------------------------------------------------------------------------------------
+// The lab: one gateway with the agent, a LAN with echo backends, client sites.
+
+// Lab addresses. The gateway's public address 198.51.100.1 sits on every site link as a
+// point-to-point address (each site's link is its own /32 pair), so every site reaches the
+// gateway at the same address, as on the Internet. The LAN is the cluster side, inside
+// internalSourceCIDRs.
+var (
+	labGatewayAddr = netip.MustParseAddr("198.51.100.1")
+	labGatewayLAN  = "198.51.100.129/25"
+	labBackendLAN  = "198.51.100.130/25"
+	labBackend     = netip.MustParseAddr("198.51.100.130")
+)
+
+// Exposures of the lab gateway: "web" (TCP 80 -> 8080 and UDP 53 -> 8080) and "other" (TCP
+// 80 -> 8081 and UDP 53 -> 8081), each an echo server in the LAN.
+const (
+	labWebPort   = 8080
+	labOtherPort = 8081
+	// labCanaryPort is an echo service on the gateway itself, on every address (as any
+	// process in the pod could listen): no peer may reach it, and only the ruleset stops them.
+	labCanaryPort = 7777
+)
+
+type lab struct {
+	tb    testing.TB
+	proto vpnv1.Protocol
+	k8sNS string
+
+	gw, lan  *netns.NS
+	nrun     *netns.Run      // WireGuard: namespaces
+	crun     *charontest.Run // IPsec: namespaces (charon needs charontest's)
+	cgw      *charontest.Netns
+	gwCharon *charontest.Charon
+	gwKey    wgtypes.Key
+
+	serviceCIDR   netip.Prefix
+	webVIP, other netip.Addr
+	kubeconfig    string
+	sites         int
+}
+
+// labSite is one client site: its namespace, link, subnet and device.
+type labSite struct {
+	name   string
+	ns     *netns.NS
+	cns    *charontest.Netns // IPsec
+	ext    netip.Addr        // its public address
+	subnet netip.Prefix      // behind its device
+	addr   netip.Addr        // a host in subnet, the traffic's source
+	key    wgtypes.Key       // WireGuard
+	psk    string            // IPsec
+	wg     *wgtest.Node
+	charon *charontest.Charon
+}
+
+// newLab builds the gateway (CRs included, rendered) and its LAN. prefix names the WireGuard
+// lab's network namespaces (IPsec labs use charontest's).
+func newLab(tb testing.TB, proto vpnv1.Protocol, k8sNamespace, prefix string) *lab {
+	tb.Helper()
+	ctx := context.Background()
+	l := &lab{tb: tb, proto: proto}
+	if proto == vpnv1.ProtocolIPsec {
+		l.crun = charontest.NewRun(tb)
+		l.cgw = l.crun.Netns("gw")
+		l.gw = netns.Open(tb, l.cgw.Name)
+		l.lan = netns.Open(tb, l.crun.Netns("lan").Name)
+	} else {
+		l.nrun = netns.NewRun(tb, prefix)
+		l.gw, l.lan = l.nrun.NS("gw"), l.nrun.NS("lan")
+	}
+	netns.Veth(l.gw, "eth0", l.lan, "eth0")
+	l.gw.MustRun("ip", "addr", "add", labGatewayLAN, "dev", "eth0")
+	l.lan.MustRun("ip", "addr", "add", labBackendLAN, "dev", "eth0")
+	l.gw.Sysctl("net.ipv4.ip_forward", "1")
+	echoServers(tb, l.lan.Name, labBackend, labWebPort)
+	echoServers(tb, l.lan.Name, labBackend, labOtherPort)
+
+	l.k8sNS = createNamespace(tb, k8sNamespace)
+	ports := func(target int32) []vpnv1.PortSpec {
+		return []vpnv1.PortSpec{{Port: 80, TargetPort: target}, {Port: 53, TargetPort: target, Protocol: vpnv1.PortProtocolUDP}}
+	}
+	gw := &vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: "gw"}, Spec: vpnv1.VPNGatewaySpec{
+		Protocol: proto,
+		Endpoint: vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: labGatewayAddr.String()}},
+		Exposures: []vpnv1.Exposure{
+			{Name: "web", Target: vpnv1.ExposureTarget{Address: labBackend.String(), Ports: ports(labWebPort)}},
+			{Name: "other", Target: vpnv1.ExposureTarget{Address: labBackend.String(), Ports: ports(labOtherPort)}},
+		},
+	}}
+	if proto == vpnv1.ProtocolIPsec {
+		dpd := metav1.Duration{Duration: time.Second}
+		gw.Spec.IPsec = &vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{DPD: &vpnv1.DPDSettings{Delay: &dpd}}}
+	} else {
+		l.gwKey = wgtest.NewKey(tb)
+		if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: "gw-key"},
+			Data: map[string][]byte{"privateKey": []byte(l.gwKey.String())}}); err != nil {
+			tb.Fatal(err)
+		}
+		gw.Spec.WireGuard = &vpnv1.WireGuardGatewaySettings{ListenPort: 51820, PrivateKeySecretRef: &vpnv1.SecretKeyRef{Name: "gw-key", Key: "privateKey"}}
+	}
+	if err := env.Client.Create(ctx, gw); err != nil {
+		tb.Fatal(err)
+	}
+	waitForTB(tb, "gateway rendered", 30*time.Second, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(gw), gw); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(gw.Status.Conditions, vpnv1.ConditionRendered) || len(gw.Status.Exposures) != 2 || gw.Status.ServiceCIDR == "" {
+			return fmt.Errorf("status %+v", gw.Status)
+		}
+		return nil
+	})
+	l.serviceCIDR = netip.MustParsePrefix(gw.Status.ServiceCIDR)
+	for _, e := range gw.Status.Exposures {
+		switch e.Name {
+		case "web":
+			l.webVIP = netip.MustParseAddr(e.VirtualIP)
+		case "other":
+			l.other = netip.MustParseAddr(e.VirtualIP)
+		}
+	}
+	if proto == vpnv1.ProtocolIPsec {
+		l.gwCharon = charontest.Start(tb, l.cgw, "gw", charontest.Config{})
+	}
+	echoServers(tb, l.gw.Name, netip.IPv4Unspecified(), labCanaryPort)
+	l.kubeconfig = agentKubeconfig(tb, l.gw, l.k8sNS, "gw")
+	return l
+}
+
+// web and otherAddr are the exposures' addresses for TCP (port 80) and UDP (port 53).
+func (l *lab) web(port int) string       { return netip.AddrPortFrom(l.webVIP, uint16(port)).String() }
+func (l *lab) otherAddr(port int) string { return netip.AddrPortFrom(l.other, uint16(port)).String() }
+
+// gatewayService is the gateway's own address in its service CIDR (the WireGuard device's
+// address; on lo for IPsec), where peers reach the canary.
+func (l *lab) gatewayService(port int) string {
+	return netip.AddrPortFrom(l.serviceCIDR.Addr().Next(), uint16(port)).String()
+}
+
+// startAgent starts the real agent binary in the gateway's namespace as the gateway's
+// ServiceAccount.
+func (l *lab) startAgent() *netns.Process {
+	l.tb.Helper()
+	args := []string{"env", "KUBECONFIG=" + l.kubeconfig, agentBin, "run",
+		"--gateway", "gw", "--namespace", l.k8sNS, "--metrics-addr", "127.0.0.1:9090", "--status-interval", "1s",
+		"--zap-time-encoding", "rfc3339nano"}
+	if l.proto == vpnv1.ProtocolIPsec {
+		args = append(args, "--vici-socket", l.gwCharon.URI())
+	} else {
+		// The default device name, wg0: the rendered ruleset names it (--wireguard-interface
+		// with another name leaves the ruleset matching nothing). Its UAPI socket is
+		// machine-wide, as in the other tests: one WireGuard gateway at a time.
+		args = append(args, "--wireguard-mode", "userspace")
+	}
+	return l.gw.Start(args...)
+}
+
+// agentGet does an HTTP GET on the agent's metrics listener (inside the gateway's namespace).
+func (l *lab) agentGet(path string) (int, string, error) {
+	c, err := dialIn(l.gw.Name, "tcp", netip.Addr{}, "127.0.0.1:9090", 2*time.Second)
+	if err != nil {
+		return 0, "", err
+	}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext:       func(context.Context, string, string) (net.Conn, error) { return c, nil },
+		DisableKeepAlives: true,
+	}}
+	resp, err := hc.Get("http://127.0.0.1:9090" + path)
+	if err != nil {
+		c.Close()
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// waitAgentReady waits until the agent has applied a configuration (/readyz).
+func (l *lab) waitAgentReady(agent *netns.Process, timeout time.Duration) {
+	l.tb.Helper()
+	waitForTB(l.tb, "agent ready", timeout, func() error {
+		if agent.Exited() {
+			return fmt.Errorf("agent exited: %s", tail(agent.Output()))
+		}
+		code, body, err := l.agentGet("/readyz")
+		if err != nil || code != http.StatusOK {
+			return fmt.Errorf("readyz %d %q %v", code, body, err)
+		}
+		return nil
+	})
+}
+
+// newSite creates a site's namespace and its link to the gateway (no device, no CR yet).
+func (l *lab) newSite(name string) *labSite {
+	l.tb.Helper()
+	i := l.sites
+	l.sites++
+	if i > 15 {
+		l.tb.Fatal("the lab has room for 16 sites")
+	}
+	s := &labSite{
+		name:   name,
+		ext:    netip.AddrFrom4([4]byte{198, 51, 100, byte(2 + i)}),
+		subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(16 * i)}), 28),
+		addr:   netip.AddrFrom4([4]byte{203, 0, 113, byte(16*i + 1)}),
+	}
+	short := "s" + strconv.Itoa(i)
+	if l.proto == vpnv1.ProtocolIPsec {
+		s.cns = l.crun.Netns(short)
+		s.ns = netns.Open(l.tb, s.cns.Name)
+	} else {
+		s.ns = l.nrun.NS(short)
+	}
+	gwIf := "ext" + strconv.Itoa(i)
+	netns.Veth(l.gw, gwIf, s.ns, "ext0")
+	l.gw.MustRun("ip", "addr", "add", labGatewayAddr.String()+"/32", "peer", s.ext.String()+"/32", "dev", gwIf)
+	s.ns.MustRun("ip", "addr", "add", s.ext.String()+"/32", "peer", labGatewayAddr.String()+"/32", "dev", "ext0")
+	if l.proto == vpnv1.ProtocolIPsec {
+		s.ns.MustRun("ip", "addr", "add", s.addr.String()+"/32", "dev", "lo")
+		s.psk = "e2e-psk-" + name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	} else {
+		s.key = wgtest.NewKey(l.tb)
+	}
+	return s
+}
+
+// configureDevice configures the site's own device toward the gateway, as its owner would
+// from our parameter sheet (the gateway need not know the site yet).
+func (l *lab) configureDevice(s *labSite) {
+	l.tb.Helper()
+	if l.proto == vpnv1.ProtocolIPsec {
+		s.charon = charontest.Start(l.tb, s.cns, s.name, charontest.Config{})
+		if err := s.charon.LoadSwanctlConf(labSwanctlConf(s, l.serviceCIDR)); err != nil {
+			l.tb.Fatal(err)
+		}
+		return
+	}
+	s.wg = wgtest.Start(l.tb, s.ns, wgtest.Options{InterfaceName: wgtest.UniqueInterfaceName(s.name), Mode: "userspace"})
+	ref := model.SecretKeyRef{Name: "site", Key: "privateKey"}
+	if err := s.wg.Apply(&rwg.Config{
+		Interface: rwg.Interface{ListenPort: 51821, Address: netip.PrefixFrom(s.addr, s.subnet.Bits()), MTU: 1420, PrivateKey: ref},
+		Peers: []rwg.Peer{{Name: "gateway", PublicKey: l.gwKey.PublicKey().String(), AllowedIPs: []netip.Prefix{l.serviceCIDR},
+			Endpoint: netip.AddrPortFrom(labGatewayAddr, 51820).String(), PersistentKeepalive: 1}},
+	}, wgtest.Secrets{ref: []byte(s.key.String())}); err != nil {
+		l.tb.Fatalf("site %s device: %v\n%s", s.name, err, s.wg.Log())
+	}
+}
+
+func labSwanctlConf(s *labSite, serviceCIDR netip.Prefix) string {
+	return `connections {
+  gw {
+    version = 2
+    local_addrs = ` + s.ext.String() + `
+    remote_addrs = ` + labGatewayAddr.String() + `
+    proposals = aes256gcm16-prfsha256-ecp256
+    dpd_delay = 1s
+    mobike = no
+    local { auth = psk
+            id = ` + s.name + `.example.com }
+    remote { auth = psk
+             id = ` + labGatewayAddr.String() + ` }
+    children {
+      net {
+        local_ts = ` + s.subnet.String() + `
+        remote_ts = ` + serviceCIDR.String() + `
+        esp_proposals = aes256gcm16-ecp256
+        start_action = start
+        dpd_action = restart
+      }
+    }
+  }
+}
+secrets {
+  ike-gw {
+    id-1 = ` + s.name + `.example.com
+    id-2 = ` + labGatewayAddr.String() + `
+    secret = "` + s.psk + `"
+  }
+}
+`
+}
+
+// createPeer creates the site's VPNPeer granted the exposures (and, for IPsec, its PSK
+// Secret) and returns when the VPNPeer was created. Grants are always explicit: with more than
+// one peer, a peer without an authorization block reaches nothing (DefaultAllow is for
+// single-peer gateways only). WireGuard peers get the site's endpoint, so the gateway
+// initiates (a site with a fixed address).
+func (l *lab) createPeer(s *labSite, exposures ...string) time.Time {
+	l.tb.Helper()
+	ctx := context.Background()
+	peer := &vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: s.name}, Spec: vpnv1.VPNPeerSpec{
+		GatewayRef: "gw", Authorization: &vpnv1.Authorization{Exposures: exposures}}}
+	if l.proto == vpnv1.ProtocolIPsec {
+		if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: s.name + "-psk"},
+			Data: map[string][]byte{"psk": []byte(s.psk)}}); err != nil {
+			l.tb.Fatal(err)
+		}
+		peer.Spec.IPsec = &vpnv1.IPsecPeer{
+			Peer:          vpnv1.IPsecRemote{Address: s.ext.String(), ID: s.name + ".example.com"},
+			RemoteSubnets: []string{s.subnet.String()},
+			PSKSecretRef:  vpnv1.SecretKeyRef{Name: s.name + "-psk", Key: "psk"},
+		}
+	} else {
+		keepalive := int32(1)
+		peer.Spec.WireGuard = &vpnv1.WireGuardPeer{PublicKey: s.key.PublicKey().String(), Subnets: []string{s.subnet.String()},
+			Endpoint: netip.AddrPortFrom(s.ext, 51821).String(), PersistentKeepalive: &keepalive}
+	}
+	at := time.Now()
+	if err := env.Client.Create(ctx, peer); err != nil {
+		l.tb.Fatal(err)
+	}
+	return at
+}
+
+// request sends one UDP request from the site to addr and waits up to timeout for the echo.
+func (s *labSite) request(addr string, timeout time.Duration) error {
+	c, err := dialIn(s.ns.Name, "udp", s.addr, addr, timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte("hello")); err != nil {
+		return err
+	}
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	if err != nil {
+		return err
+	}
+	if string(buf[:n]) != "hello" {
+		return fmt.Errorf("answer %q", buf[:n])
+	}
+	return nil
+}
+
+// tcpRequest opens a TCP connection from the site to addr and has one line echoed.
+func (s *labSite) tcpRequest(addr string, timeout time.Duration) error {
+	c, err := dialIn(s.ns.Name, "tcp", s.addr, addr, timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := io.WriteString(c, "ping\n"); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "ping\n" {
+		return fmt.Errorf("answer %q", line)
+	}
+	return nil
+}
+
+// peerConnected returns the VPNPeer when the agent has marked it Connected.
+func peerConnected(ns, name string) (*vpnv1.VPNPeer, error) {
+	p := &vpnv1.VPNPeer{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, p); err != nil {
+		return nil, err
+	}
+	if c := meta.FindStatusCondition(p.Status.Conditions, vpnv1.ConditionConnected); c == nil || c.Status != metav1.ConditionTrue {
+		return p, fmt.Errorf("peer %s not connected: %+v", name, p.Status.Conditions)
+	}
+	return p, nil
+}
+
+// agentStatusWrite is when the agent's field manager last wrote the VPNPeer's status
+// (managedFields, one-second resolution; zero when it never did).
+func agentStatusWrite(p *vpnv1.VPNPeer) time.Time {
+	for _, mf := range p.ManagedFields {
+		if mf.Manager == status.FieldOwner && mf.Subresource == "status" && mf.Time != nil {
+			return mf.Time.Time
+		}
+	}
+	return time.Time{}
+}
+
+// nftTable is the gateway's nftables table without counter values (nft -s), or an error when
+// there is none.
+func (l *lab) nftTable() (string, error) {
+	out, err := l.gw.Run("nft", "-s", "list", "table", "ip", "bnerd_vpn")
+	if err != nil {
+		return "", fmt.Errorf("nft list table: %v: %s", err, out)
+	}
+	return out, nil
+}
