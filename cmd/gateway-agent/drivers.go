@@ -13,18 +13,17 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
 
 type driverOptions struct {
 	viciSocket    string
 	wireguardMode string
-	wireguardIf   string
 }
 
 func (o *driverOptions) bindFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.viciSocket, "vici-socket", "unix:///run/strongswan/charon.vici", "charon's VICI socket (IPsec gateways)")
 	f.StringVar(&o.wireguardMode, "wireguard-mode", "auto", "WireGuard device: auto (kernel when available), kernel or userspace")
-	f.StringVar(&o.wireguardIf, "wireguard-interface", "wg0", "WireGuard device name")
 }
 
 // lazyDriver creates the protocol's driver when the first configuration says which protocol
@@ -52,7 +51,8 @@ func (l *lazyDriver) get(ctx context.Context, p model.Protocol) (agent.Driver, e
 	case model.ProtocolIPsec:
 		l.d, err = newIPsecDriver(ctx, l.opts, l.log.WithName("strongswan"))
 	case model.ProtocolWireGuard:
-		l.d, err = wireguard.New(ctx, wireguard.Options{InterfaceName: l.opts.wireguardIf, Mode: wireguard.Mode(l.opts.wireguardMode), Logger: l.log.WithName("wireguard")})
+		// The device carries the name the rendered ruleset matches.
+		l.d, err = wireguard.New(ctx, wireguard.Options{InterfaceName: nft.WireGuardInterface, Mode: wireguard.Mode(l.opts.wireguardMode), Logger: l.log.WithName("wireguard")})
 	default:
 		err = fmt.Errorf("unknown protocol %q", p)
 	}

@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -26,8 +27,10 @@ type API struct {
 	mu      sync.Mutex
 	data    map[string]string
 	secrets Secrets
-	// watches are the running Secret watches by name, with their stop functions.
+	// watches are the running Secret watches by name, with their stop functions; synced tell
+	// whether each has delivered its first state.
 	watches map[string]context.CancelFunc
+	synced  map[string]func() bool
 	kick    chan struct{}
 }
 
@@ -36,6 +39,7 @@ func (a *API) Run(ctx context.Context, ch chan<- agent.Update) error {
 	a.kick = make(chan struct{}, 1)
 	a.secrets = Secrets{}
 	a.watches = map[string]context.CancelFunc{}
+	a.synced = map[string]func() bool{}
 	a.watch(ctx, "configmaps", a.ConfigMap, &corev1.ConfigMap{}, func(obj any) {
 		cm, _ := obj.(*corev1.ConfigMap)
 		a.mu.Lock()
@@ -98,6 +102,7 @@ func (a *API) current(ctx context.Context) (agent.Update, error) {
 		if !want[name] {
 			stop()
 			delete(a.watches, name)
+			delete(a.synced, name)
 			delete(a.secrets, name)
 		}
 	}
@@ -107,18 +112,11 @@ func (a *API) current(ctx context.Context) (agent.Update, error) {
 			start = append(start, name)
 		}
 	}
-	secrets := make(Secrets, len(a.secrets))
-	for name, kv := range a.secrets {
-		secrets[name] = kv
-	}
 	a.mu.Unlock()
 	for _, name := range start {
 		wctx, cancel := context.WithCancel(ctx)
-		a.mu.Lock()
-		a.watches[name] = cancel
-		a.mu.Unlock()
 		name := name
-		a.watch(wctx, "secrets", name, &corev1.Secret{}, func(obj any) {
+		synced := a.watch(wctx, "secrets", name, &corev1.Secret{}, func(obj any) {
 			s, _ := obj.(*corev1.Secret)
 			a.mu.Lock()
 			if s == nil {
@@ -129,12 +127,38 @@ func (a *API) current(ctx context.Context) (agent.Update, error) {
 			a.mu.Unlock()
 			a.signal()
 		})
+		a.mu.Lock()
+		a.watches[name], a.synced[name] = cancel, synced
+		a.mu.Unlock()
 	}
+	// A configuration is applied with the Secrets it references as they are, not before their
+	// watches have reported them (which would report a peer's key as missing for a moment).
+	a.waitSynced(ctx)
+	a.mu.Lock()
+	secrets := make(Secrets, len(a.secrets))
+	for name, kv := range a.secrets {
+		secrets[name] = kv
+	}
+	a.mu.Unlock()
 	return agent.Update{Bundle: b, Secrets: secrets}, nil
 }
 
-// watch runs an informer on one object by name and calls set with it (nil when deleted).
-func (a *API) watch(ctx context.Context, resource, name string, obj runtime.Object, set func(any)) {
+// waitSynced waits (at most 10 s) until every Secret watch has delivered its first state.
+func (a *API) waitSynced(ctx context.Context) {
+	a.mu.Lock()
+	fns := make([]cache.InformerSynced, 0, len(a.synced))
+	for _, f := range a.synced {
+		fns = append(fns, f)
+	}
+	a.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cache.WaitForCacheSync(wctx.Done(), fns...)
+}
+
+// watch runs an informer on one object by name and calls set with it (nil when deleted); it
+// returns whether the informer has synced.
+func (a *API) watch(ctx context.Context, resource, name string, obj runtime.Object, set func(any)) func() bool {
 	lw := cache.NewListWatchFromClient(a.Client.CoreV1().RESTClient(), resource, a.Namespace, fields.OneTermEqualSelector("metadata.name", name))
 	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: lw,
@@ -146,4 +170,5 @@ func (a *API) watch(ctx context.Context, resource, name string, obj runtime.Obje
 		},
 	})
 	go informer.RunWithContext(ctx)
+	return informer.HasSynced
 }
