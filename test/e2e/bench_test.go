@@ -69,7 +69,7 @@ func benchTunnel(b *testing.B, proto vpnv1.Protocol) {
 		b.StopTimer()
 		stream.finish(0)
 		var applied time.Time
-		waitForTB(b, "the agent's log of the change", 10*time.Second, func() error {
+		waitFor(b, "the agent's log of the change", 10*time.Second, func() error {
 			times := agentLogTimes(agent.Output(), "configuration applied")
 			if len(times) <= applies {
 				return fmt.Errorf("no apply logged since the VPNPeer was created")

@@ -28,13 +28,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -643,14 +639,6 @@ func (p *breachProbe) String() string {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The suite's helpers for testing.TB (suite_test.go's take *testing.T).
-
-func waitForTB(tb testing.TB, what string, timeout time.Duration, cond func() error) {
-	tb.Helper()
-	if err := netns.Eventually(timeout, cond); err != nil {
-		tb.Fatalf("%s: not within %s: %v", what, timeout, err)
-	}
-}
 
 var namespaceSeq atomic.Int64
 
@@ -660,87 +648,12 @@ func uniqueNamespace(base string) string {
 	return fmt.Sprintf("%s-%d", base, namespaceSeq.Add(1))
 }
 
-func createNamespace(tb testing.TB, name string) string {
-	tb.Helper()
-	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-		tb.Fatal(err)
-	}
-	return name
-}
-
 // agentKubeconfig makes the API server reachable inside ns (see apiProxy) and writes a
 // kubeconfig for the gateway's ServiceAccount. Agents started one after the other in ns share
 // it.
 func agentKubeconfig(tb testing.TB, ns *netns.NS, namespace, gateway string) string {
 	tb.Helper()
-	sock := filepath.Join(tb.TempDir(), "api.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { l.Close() })
-	upstream, err := url(env.Config.Host)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	tb.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				up, err := net.Dial("tcp", upstream)
-				if err != nil {
-					c.Close()
-					return
-				}
-				mu.Lock()
-				conns = append(conns, c, up)
-				mu.Unlock()
-				go io.Copy(up, c) //nolint:errcheck
-				io.Copy(c, up)    //nolint:errcheck
-			}()
-		}
-	}()
-	_, p, _ := net.SplitHostPort(upstream)
-	port, _ := strconv.Atoi(p)
-	ns.Start("socat", fmt.Sprintf("TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork", port), "UNIX-CONNECT:"+sock)
-	waitForTB(tb, "API proxy in "+ns.Name, 10*time.Second, func() error {
-		_, err := ns.Run("socat", "-u", "OPEN:/dev/null", fmt.Sprintf("TCP:127.0.0.1:%d", port))
-		return err
-	})
-
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	exp := int64(3600)
-	sa := children.Name(gateway)
-	tok, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), sa,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
-	if err != nil {
-		tb.Fatalf("token for %s/%s: %v", namespace, sa, err)
-	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: fmt.Sprintf("https://127.0.0.1:%d", port), CertificateAuthorityData: env.Config.CAData}
-	cfg.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
-	cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "agent", Namespace: namespace}
-	cfg.CurrentContext = "e2e"
-	path := filepath.Join(tb.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		tb.Fatal(err)
-	}
-	return path
+	return serviceAccountKubeconfig(tb, namespace, children.Name(gateway), apiProxy(tb, ns))
 }
 
 // agentLogTimes returns when the agent logged msg, in order (its log is zap JSON, one object
@@ -850,7 +763,7 @@ func newLab(tb testing.TB, proto vpnv1.Protocol, k8sNamespace, prefix string) *l
 	echoServers(tb, l.lan.Name, labBackend, labWebPort)
 	echoServers(tb, l.lan.Name, labBackend, labOtherPort)
 
-	l.k8sNS = createNamespace(tb, k8sNamespace)
+	l.k8sNS = newNamespace(tb, k8sNamespace)
 	ports := func(target int32) []vpnv1.PortSpec {
 		return []vpnv1.PortSpec{{Port: 80, TargetPort: target}, {Port: 53, TargetPort: target, Protocol: vpnv1.PortProtocolUDP}}
 	}
@@ -876,7 +789,7 @@ func newLab(tb testing.TB, proto vpnv1.Protocol, k8sNamespace, prefix string) *l
 	if err := env.Client.Create(ctx, gw); err != nil {
 		tb.Fatal(err)
 	}
-	waitForTB(tb, "gateway rendered", 30*time.Second, func() error {
+	waitFor(tb, "gateway rendered", 30*time.Second, func() error {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(gw), gw); err != nil {
 			return err
 		}
@@ -953,7 +866,7 @@ func (l *lab) agentGet(path string) (int, string, error) {
 // waitAgentReady waits until the agent has applied a configuration (/readyz).
 func (l *lab) waitAgentReady(agent *netns.Process, timeout time.Duration) {
 	l.tb.Helper()
-	waitForTB(l.tb, "agent ready", timeout, func() error {
+	waitFor(l.tb, "agent ready", timeout, func() error {
 		if agent.Exited() {
 			return fmt.Errorf("agent exited: %s", tail(agent.Output()))
 		}

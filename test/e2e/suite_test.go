@@ -106,7 +106,7 @@ func runMain(m *testing.M) int {
 
 // apiProxy makes the API server reachable at 127.0.0.1:port inside a network namespace: a unix
 // socket (which crosses namespaces) in front of the API server, and socat inside the namespace.
-func apiProxy(t *testing.T, ns *netns.NS) (port int) {
+func apiProxy(t testing.TB, ns *netns.NS) (port int) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "api.sock")
 	l, err := net.Listen("unix", sock)
@@ -181,7 +181,7 @@ func trimScheme(s string) string {
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the gateway's
 // ServiceAccount (a real token from the TokenRequest API), so the agent has exactly the
 // permissions of the Role the operator rendered.
-func serviceAccountKubeconfig(t *testing.T, namespace, serviceAccount string, port int) string {
+func serviceAccountKubeconfig(t testing.TB, namespace, serviceAccount string, port int) string {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
@@ -216,7 +216,7 @@ func gatewayAgent(t *testing.T, ns *netns.NS, namespace, gateway string, extra .
 }
 
 // waitFor polls cond until it holds; its last error explains a timeout.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() error) {
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() error) {
 	t.Helper()
 	if err := netns.Eventually(timeout, cond); err != nil {
 		t.Fatalf("%s: not within %s: %v", what, timeout, err)
@@ -224,7 +224,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() error
 }
 
 // newNamespace creates a Kubernetes namespace for one test.
-func newNamespace(t *testing.T, name string) string {
+func newNamespace(t testing.TB, name string) string {
 	t.Helper()
 	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		t.Fatal(err)
