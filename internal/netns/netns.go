@@ -91,11 +91,25 @@ func Sweep(prefix string) error {
 		if err != nil || pid <= 0 || processAlive(pid) {
 			continue
 		}
+		killProcessesIn(e.Name()) // daemons of a killed run would keep the namespace busy
 		if out, err := run(context.Background(), "ip", "netns", "del", e.Name()); err != nil {
 			errs = append(errs, fmt.Errorf("ip netns del %s: %v: %s", e.Name(), err, out))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// killProcessesIn kills every process inside the namespace.
+func killProcessesIn(name string) {
+	out, err := run(context.Background(), "ip", "netns", "pids", name)
+	if err != nil {
+		return
+	}
+	for _, f := range strings.Fields(out) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 func processAlive(pid int) bool {
@@ -118,6 +132,7 @@ func (r *Run) NS(short string) *NS {
 		r.t.Fatalf("ip netns add %s: %v: %s", name, err, out)
 	}
 	r.t.Cleanup(func() {
+		killProcessesIn(name)
 		if out, err := run(context.Background(), "ip", "netns", "del", name); err != nil {
 			r.t.Logf("ip netns del %s: %v: %s", name, err, out)
 		}
@@ -245,6 +260,60 @@ func Veth(a *NS, aName string, b *NS, bName string) {
 	a.MustRun("ip", "link", "add", aName, "type", "veth", "peer", "name", bName, "netns", b.Name)
 	a.MustRun("ip", "link", "set", aName, "up")
 	b.MustRun("ip", "link", "set", bName, "up")
+}
+
+// VethAddr is Veth, then gives each end an address (an empty CIDR leaves that end without).
+func VethAddr(a *NS, aName, aCIDR string, b *NS, bName, bCIDR string) {
+	a.t.Helper()
+	Veth(a, aName, b, bName)
+	if aCIDR != "" {
+		a.MustRun("ip", "addr", "add", aCIDR, "dev", aName)
+	}
+	if bCIDR != "" {
+		b.MustRun("ip", "addr", "add", bCIDR, "dev", bName)
+	}
+}
+
+// AddLoopback adds an address to the namespace's lo.
+func (n *NS) AddLoopback(cidr string) {
+	n.t.Helper()
+	n.MustRun("ip", "addr", "add", cidr, "dev", "lo")
+}
+
+// PingResult is what ping(8) reported.
+type PingResult struct {
+	Transmitted, Received int
+	Output                string
+}
+
+// Ping sends count echo requests from src (an address, or "" for the default) to dst, interval
+// apart, waiting at most wait for each reply. It reports what ping counted; err only when ping
+// could not run.
+func (n *NS) Ping(src, dst string, count int, interval, wait time.Duration) (PingResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout+time.Duration(count)*interval)
+	defer cancel()
+	args := []string{"ping", "-n", "-q", "-c", strconv.Itoa(count),
+		"-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64),
+		"-W", strconv.FormatFloat(max(wait.Seconds(), 0.001), 'f', 3, 64)}
+	if src != "" {
+		args = append(args, "-I", src)
+	}
+	args = append(args, dst)
+	var out bytes.Buffer
+	cmd := n.Command(ctx, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	res := PingResult{Output: out.String()}
+	var stats string
+	for _, l := range strings.Split(res.Output, "\n") {
+		if strings.Contains(l, "packets transmitted") {
+			stats = strings.TrimSpace(l)
+		}
+	}
+	if _, scanErr := fmt.Sscanf(stats, "%d packets transmitted, %d received", &res.Transmitted, &res.Received); scanErr != nil {
+		return res, fmt.Errorf("ping %s -> %s: %v: %s", src, dst, err, res.Output)
+	}
+	return res, nil
 }
 
 // Eventually calls f until it returns nil or the timeout passes, and returns its last error.
