@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,4 +65,31 @@ func TestOpenStackNotConfigured(t *testing.T) {
 	create(t, gw)
 	waitCondition(t, gw, vpnv1.ConditionEndpointReady, metav1.ConditionFalse, cloud.ReasonProviderNotConfigured)
 	waitCondition(t, gw, vpnv1.ConditionReady, metav1.ConditionFalse, cloud.ReasonProviderNotConfigured)
+}
+
+// Two IPsec gateways on one node's host network: the younger one is told about the conflict,
+// and gets the node as soon as the older one is deleted (not at the next slow re-check).
+func TestHostNetworkConflictResolvedOnDelete(t *testing.T) {
+	startOperator(t, operatorConfig(), nil)
+	ctx := context.Background()
+	ns := namespace(t)
+	older, younger := ipsecGateway(ns, "older"), ipsecGateway(ns, "younger")
+	older.Spec.Endpoint.HostNetwork.NodeName = "node-shared"
+	younger.Spec.Endpoint.HostNetwork.NodeName = "node-shared"
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-shared"}}
+	if err := env.Client.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), node) })
+	create(t, older)
+	waitCondition(t, older, vpnv1.ConditionEndpointReady, metav1.ConditionTrue, cloud.ReasonReady)
+	create(t, younger)
+	c := waitCondition(t, younger, vpnv1.ConditionEndpointReady, metav1.ConditionFalse, cloud.ReasonConflict)
+	if !strings.Contains(c.Message, "older") {
+		t.Errorf("conflict message %q does not name the gateway holding the node", c.Message)
+	}
+	if err := env.Client.Delete(ctx, older); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, younger, vpnv1.ConditionEndpointReady, metav1.ConditionTrue, cloud.ReasonReady)
 }

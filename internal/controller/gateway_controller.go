@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -28,6 +29,7 @@ import (
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/hostnetwork"
 	"github.com/bnerd/bnerd-vpn-operator/internal/ipam"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
@@ -86,6 +88,10 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(gatewayOfPeer), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfService)).
 		WatchesRawSource(source.Channel(a.wake, &handler.EnqueueRequestForObject{})).
+		// A host-network gateway that comes or goes changes who holds the node's tunnel ports.
+		Watches(&vpnv1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.sameNode), builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(event.UpdateEvent) bool { return false },
+		})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("vpngateway").
 		Complete(r)
@@ -94,6 +100,24 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 func gatewayOfPeer(_ context.Context, o client.Object) []reconcile.Request {
 	p := o.(*vpnv1.VPNPeer)
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.GatewayRef}}}
+}
+
+func (r *GatewayReconciler) sameNode(ctx context.Context, o client.Object) []reconcile.Request {
+	nodes := hostnetwork.NodeName(o.(*vpnv1.VPNGateway))
+	if len(nodes) == 0 {
+		return nil
+	}
+	var list vpnv1.VPNGatewayList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{IndexGatewayNode: nodes[0]}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		if list.Items[i].UID != o.GetUID() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return reqs
 }
 
 func (r *GatewayReconciler) gatewaysOfService(ctx context.Context, o client.Object) []reconcile.Request {
