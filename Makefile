@@ -46,3 +46,6 @@ test: verify-generated lint test-deps test-binaries ## the whole test suite (wha
 .PHONY: bench
 bench: test-deps test-binaries ## benchmarks, printing figures
 	KUBEBUILDER_ASSETS=$$(hack/test-binaries.sh) go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
+
+# make lab, lab-down, e2e-cluster: a real single-node cluster (hack/lab/).
+include hack/lab/lab.mk

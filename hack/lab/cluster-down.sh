@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Removes everything hack/lab/cluster-up.sh (and hack/lab/lab.sh) created: client-site network
+# namespaces, processes, containers and their mounts, cgroups, the CNI bridge, nft tables, kube-
+# proxy's rules, hard-coded paths it created, the state directory; restores the sysctls it recorded.
+# Safe to run twice.
+set -uo pipefail
+source "$(dirname "$0")/common.sh"
+[ "$(id -u)" = 0 ] || { log "needs root"; exit 1; }
+t0=$SECONDS
+
+# client sites (hack/lab/lab.sh)
+for ns in $(ip netns list 2>/dev/null | awk '/^lab-site-/ {print $1}'); do
+  for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  ip netns del "$ns"
+done
+for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E '^lab-s[0-9]+$'); do ip link del "$l" 2>/dev/null; done
+
+stop() { # stop <name>: SIGTERM then SIGKILL the recorded pid (and its process group)
+  local pid; pid=$(awk -v n="$1" '$1==n {print $2}' "$S/pids" 2>/dev/null | tail -1)
+  [ -n "$pid" ] || return 0
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+}
+
+if [ -f "$S/pids" ]; then
+  stop kubelet
+  stop kube-proxy
+  # containers: stop the CRI's pod sandboxes via ctr (tasks), then containerd
+  if [ -S "$CONTAINERD_SOCK" ]; then
+    for c in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks kill -s SIGKILL "$c" >/dev/null 2>&1; done
+    sleep 1
+    for c in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks delete -f "$c" >/dev/null 2>&1; done
+  fi
+  stop containerd
+  stop kube-scheduler
+  stop kube-controller-manager
+  stop kube-apiserver
+  stop etcd
+fi
+# containerd shims outlive containerd: kill those serving our state dir
+for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+# any process still running in our cgroup tree (containers)
+for f in $(find /sys/fs/cgroup/*/"${CGROUP_ROOT#/}" -name cgroup.procs 2>/dev/null); do
+  for p in $(cat "$f" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+done
+sleep 0.5
+
+# kube-proxy's nftables tables, our masquerade table
+"$K/kube-proxy" --cleanup >/dev/null 2>&1 || true
+for t in "ip kube-proxy" "ip6 kube-proxy" "ip bnerd-lab"; do nft delete table $t 2>/dev/null; done
+# iptables(-nft) tables the kubelet created (KUBE-KUBELET-CANARY, KUBE-FIREWALL, ...): delete
+# those that did not exist before cluster-up; in pre-existing ones only kubelet's chains go
+for t in "ip mangle" "ip filter" "ip nat" "ip6 mangle" "ip6 filter" "ip6 nat"; do
+  nft list table $t >/dev/null 2>&1 || continue
+  if [ -f "$S/nft-tables-before" ] && ! grep -qx "table $t" "$S/nft-tables-before"; then
+    nft delete table $t
+  fi
+done
+# the lab's gateway ran in the host network (hostNetwork endpoint): its ruleset and charon's
+# policy routing (table 220, kernel-libipsec routes) are the host's
+if [ -f "$S/lab-gateway" ]; then
+  nft delete table ip bnerd_vpn 2>/dev/null
+  grep -q '^220$' "$S/rule220-before" 2>/dev/null || while ip rule del table 220 2>/dev/null; do :; done
+  ip route flush table 220 2>/dev/null
+fi
+
+# mounts under the state dir (overlay rootfs, shm, volumes, netns), deepest first
+if [ -d "$S" ]; then
+  awk -v s="$S" 'index($2, s)==1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
+fi
+# pod network namespaces containerd created (/var/run/netns/cni-*) since cluster-up
+for ns in $(ip netns list 2>/dev/null | awk '/^cni-/ {print $1}'); do
+  grep -qx "$ns" "$S/netns-before" 2>/dev/null || ip netns del "$ns" 2>/dev/null
+done
+ip link del "$BRIDGE" 2>/dev/null
+
+# cgroups: remove our cgroupRoot in every hierarchy, deepest first
+for h in /sys/fs/cgroup/*/; do
+  d="$h${CGROUP_ROOT#/}"
+  [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
+done
+
+# sysctls back to what they were
+if [ -f "$S/sysctls" ]; then
+  while IFS== read -r k v; do sysctl -qw "$k=$v" 2>/dev/null; done <"$S/sysctls"
+fi
+
+# hard-coded paths we created
+if [ -f "$S/created" ]; then
+  while read -r p; do [ -n "$p" ] && rm -rf "$p"; done <"$S/created"
+fi
+rm -rf "$S"
+log "down in $((SECONDS - t0))s"

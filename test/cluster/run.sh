@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# `make e2e-cluster` (issue 6) against the lab cluster hack/lab/cluster-up.sh started: runs the lab
+# (operator from config/default, sample client, two sites) and asserts, in order:
+#   1. no container of the gateway pod is privileged;
+#   2. the tunnel comes up (lab.sh fails otherwise) and both peers report Connected;
+#   3. the exposure is reachable from the granted peer and not from the other, whose drop
+#      counter rises;
+#   4. a peer added live comes up and reaches its grant, other peers' tunnels undisturbed;
+#   5. deleting the gateway pod brings a new one and the tunnel back (time printed);
+#   6. restarting the operator re-creates nothing (gateway Deployment generation, pod, ConfigMap);
+#   7. `kubectl get vpngw,vpnpeer` is shown.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/hack/lab/common.sh"
+NS=lab-acme
+fails=0
+pass() { echo "--- PASS: $*"; }
+fail() { echo "--- FAIL: $*"; fails=$((fails + 1)); }
+wait_for() {
+  local secs=$1; shift
+  local end=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do [ $SECONDS -ge $end ] && return 1; sleep 0.3; done
+}
+curl_from() { ip netns exec "lab-site-$1" curl -sS --max-time "${3:-2}" --interface "10.20.$2.1" "$4"; }
+counter() { nft -j list counter ip bnerd_vpn "$1" | python3 -c 'import json,sys; print([o["counter"]["packets"] for o in json.load(sys.stdin)["nftables"] if "counter" in o][0])'; }
+gwpod() { kubectl -n $NS get pod -l vpn.bnerd.net/gateway=acme-gw -o jsonpath='{.items[0].metadata.name}'; }
+
+echo "=== RUN lab"
+if ! "$root/hack/lab/lab.sh"; then
+  fail "lab: no live tunnel"
+  kubectl get pods -A -o wide; exit 1
+fi
+VIP_WEB=$(kubectl -n $NS get vpngw acme-gw -o jsonpath='{.status.exposures[?(@.name=="web")].virtualIP}')
+VIP_ADMIN=$(kubectl -n $NS get vpngw acme-gw -o jsonpath='{.status.exposures[?(@.name=="admin")].virtualIP}')
+CIDR=$(kubectl -n $NS get vpngw acme-gw -o jsonpath='{.status.serviceCIDR}')
+
+echo "=== RUN 1 unprivileged"
+priv=$(kubectl -n $NS get pod "$(gwpod)" -o jsonpath='{range .spec.initContainers[*]}{.name}={.securityContext.privileged}{"\n"}{end}{range .spec.containers[*]}{.name}={.securityContext.privileged}{"\n"}{end}')
+echo "$priv"
+if echo "$priv" | grep -q '=true'; then fail "a gateway container is privileged"; else pass "no gateway container is privileged"; fi
+
+echo "=== RUN 2 connected"
+if wait_for 60 sh -c "[ \$(kubectl -n $NS get vpnpeer -o jsonpath='{range .items[*]}{.status.conditions[?(@.type==\"Connected\")].status}{\"\\n\"}{end}' | grep -c True) = 2 ]"; then
+  pass "both peers Connected"; else fail "peers not Connected"; fi
+
+echo "=== RUN 3 authorization"
+before=$(counter peer_hq_in)
+if curl_from hq 1 3 "http://$VIP_WEB:8080/"; then pass "hq reaches web (granted)"; else fail "hq cannot reach web"; fi
+if curl_from hq 1 2 "http://$VIP_ADMIN:8081/"; then fail "hq reached admin (not granted)"; else pass "hq cannot reach admin (not granted)"; fi
+after=$(counter peer_hq_in)
+if [ "$after" -gt "$before" ]; then pass "hq's drop counter rose $before -> $after"; else fail "hq's drop counter did not rise ($before -> $after)"; fi
+if curl_from branch 2 3 "http://$VIP_ADMIN:8081/"; then pass "branch reaches admin (granted)"; else fail "branch cannot reach admin"; fi
+
+echo "=== RUN 4 peer added live"
+hq_sa_before=$(STRONGSWAN_CONF="$S/sites/hq/strongswan.conf" swanctl --list-sas 2>/dev/null | grep -o 'acme: #[0-9]*' | head -1)
+t=$SECONDS
+PSK=lab-new-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Secret
+metadata: {name: newsite-psk, namespace: $NS}
+stringData: {psk: "$PSK"}
+---
+apiVersion: vpn.bnerd.net/v1alpha1
+kind: VPNPeer
+metadata: {name: newsite, namespace: $NS}
+spec:
+  gatewayRef: acme-gw
+  ipsec:
+    peer: {address: 172.30.3.2, id: newsite.acme.example}
+    remoteSubnets: [10.20.3.0/24]
+    esp: {proposals: [aes256gcm16-ecp256]}
+    pskSecretRef: {name: newsite-psk, key: psk}
+  authorization: {exposures: [web]}
+YAML
+"$root/hack/lab/site.sh" newsite 3 newsite.acme.example "$PSK" "$CIDR"
+newsite_live() { site_ensure newsite; curl_from newsite 3 2 "http://$VIP_WEB:8080/"; }
+if wait_for 90 newsite_live; then pass "new peer reaches web after $((SECONDS - t))s"; else fail "new peer has no tunnel"; fi
+wait_for 30 sh -c "kubectl -n $NS get vpnpeer newsite -o jsonpath='{.status.conditions[?(@.type==\"Connected\")].status}' | grep -q True" && pass "new peer Connected" || fail "new peer not Connected"
+hq_sa_after=$(STRONGSWAN_CONF="$S/sites/hq/strongswan.conf" swanctl --list-sas 2>/dev/null | grep -o 'acme: #[0-9]*' | head -1)
+if [ -n "$hq_sa_before" ] && [ "$hq_sa_before" = "$hq_sa_after" ]; then pass "hq's IKE SA undisturbed ($hq_sa_after)"; else fail "hq's IKE SA changed ($hq_sa_before -> $hq_sa_after)"; fi
+
+echo "=== RUN 5 gateway pod deleted"
+old=$(gwpod); t=$SECONDS
+kubectl -n $NS delete pod "$old" --wait=false >/dev/null
+kubectl -n $NS wait --for=delete pod/"$old" --timeout=60s >/dev/null   # the old pod's charon is gone
+echo "old pod gone after $((SECONDS - t))s"
+if wait_for 120 curl_from hq 1 2 "http://$VIP_WEB:8080/"; then pass "tunnel back $((SECONDS - t))s after deleting the gateway pod (new pod $(gwpod))"; else fail "tunnel not back after deleting the gateway pod"; fi
+
+echo "=== RUN 6 operator restart re-creates nothing"
+gen=$(kubectl -n $NS get deploy acme-gw-gateway -o jsonpath='{.metadata.generation}')
+pod=$(gwpod)
+cm=$(kubectl -n $NS get cm -l vpn.bnerd.net/gateway=acme-gw -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.resourceVersion} {end}')
+kubectl -n bnerd-vpn-system rollout restart deploy/bnerd-vpn-operator >/dev/null
+kubectl -n bnerd-vpn-system rollout status deploy/bnerd-vpn-operator --timeout=120s >/dev/null
+sleep 15   # a full resync of the new operator
+gen2=$(kubectl -n $NS get deploy acme-gw-gateway -o jsonpath='{.metadata.generation}')
+pod2=$(gwpod)
+cm2=$(kubectl -n $NS get cm -l vpn.bnerd.net/gateway=acme-gw -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.resourceVersion} {end}')
+if [ "$gen" = "$gen2" ] && [ "$pod" = "$pod2" ] && [ "$cm" = "$cm2" ]; then pass "nothing re-created (Deployment generation $gen, pod $pod, ConfigMaps $cm)"
+else fail "operator restart changed things: generation $gen->$gen2 pod $pod->$pod2 configmaps '$cm'->'$cm2'"; fi
+
+echo "=== 7 status"
+kubectl -n $NS get vpngw,vpnpeer -o wide
+kubectl -n $NS get vpnpeer -o custom-columns='PEER:.metadata.name,CONNECTED:.status.conditions[?(@.type=="Connected")].status,AUTHORIZED:.status.conditions[?(@.type=="Authorized")].status,BYTES-IN:.status.tunnel.bytesIn,BYTES-OUT:.status.tunnel.bytesOut'
+
+if [ $fails -gt 0 ]; then echo "FAIL ($fails)"; exit 1; fi
+echo "PASS"
