@@ -9,6 +9,7 @@ source "$(dirname "$0")/common.sh"
 t0=$SECONDS
 
 # client sites (hack/lab/lab.sh)
+ip addr del "$NODE_IP/32" dev lo 2>/dev/null || true
 for ns in $(ip netns list 2>/dev/null | awk '/^lab-site-/ {print $1}'); do
   for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
   ip netns del "$ns"

@@ -39,6 +39,8 @@ if [ ! -f "$S/sysctls" ]; then
   for k in $SYSCTLS; do echo "$k=$(sysctl -n "$k")"; done >"$S/sysctls"
 fi
 sysctl -qw net.ipv4.ip_forward=1
+# the node's own address (documentation range), removed again by cluster-down.sh
+ip addr replace "$NODE_IP/32" dev lo
 
 # --- PKI (openssl) ------------------------------------------------------------------------------
 pki=$S/pki
@@ -85,14 +87,6 @@ start() { # start <name> <cmd...>: background, log to $S/logs/<name>.log, pid re
   local n=$1; shift
   setsid "$@" >"$S/logs/$n.log" 2>&1 </dev/null &
   echo "$n $!" >>"$S/pids"
-}
-wait_for() { # wait_for <what> <seconds> <cmd...>
-  local what=$1 secs=$2; shift 2
-  local end=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    if [ $SECONDS -ge $end ]; then log "timed out waiting for $what"; return 1; fi
-    sleep 0.2
-  done
 }
 
 # --- etcd, control plane ------------------------------------------------------------------------

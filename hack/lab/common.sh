@@ -4,10 +4,12 @@ S=${LAB_STATE:-/var/lib/bnerd-lab}          # everything the lab creates lives h
 version=$(awk '/^require k8s.io\/kubernetes/ {print $3}' "$root/hack/tools/kube/go.mod")
 K="$root/bin/k8s/$version"                  # kube binaries (combined "kube" + symlinks)
 NODE=lab-node
-NODE_IP=${LAB_NODE_IP:-$(ip -4 route get 1.1.1.1 | awk '{for(i=1;i<NF;i++) if($i=="src") {print $(i+1); exit}}')}
-POD_CIDR=10.244.0.0/24
-SERVICE_CIDR=10.96.0.0/16
-KUBERNETES_SVC_IP=10.96.0.1
+# Every address the lab uses is its own, in documentation or CGNAT ranges: the node's address is
+# put on lo by cluster-up.sh, the sites' links are 198.51.100.<4i>/30, their LANs 203.0.113.<16i>/28.
+NODE_IP=${LAB_NODE_IP:-192.0.2.1}
+POD_CIDR=100.96.0.0/24
+SERVICE_CIDR=100.97.0.0/16
+KUBERNETES_SVC_IP=100.97.0.1
 API_PORT=6443
 ETCD_PORT=23790
 CGROUP_ROOT=/bnerd-lab
@@ -17,6 +19,19 @@ export KUBECONFIG=$S/pki/admin.kubeconfig
 kubectl() { command kubectl --kubeconfig "$S/pki/admin.kubeconfig" "$@"; }
 ctr() { command ctr --address "$CONTAINERD_SOCK" "$@"; }
 log() { echo "lab: $*" >&2; }
+wait_for() { # wait_for <what> <seconds> <cmd...>: poll until the command succeeds
+  local what=$1 secs=$2; shift 2
+  local end=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $end ]; then log "timed out waiting for $what"; return 1; fi
+    sleep 0.3
+  done
+}
+# site addresses: site_link_host <i> (node side), site_link_site <i>, site_lan <i> (/28), site_host <i>
+site_link_host() { echo "198.51.100.$((4 * $1 + 1))"; }
+site_link_site() { echo "198.51.100.$((4 * $1 + 2))"; }
+site_lan() { echo "203.0.113.$((16 * $1))/28"; }
+site_host() { echo "203.0.113.$((16 * $1 + 1))"; }
 # sysctls the cluster (kubelet, CNI, kube-proxy) and the lab change; recorded at up, restored at down.
 SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops net.ipv4.ip_forward net.ipv4.conf.all.route_localnet net.ipv4.conf.all.forwarding"
 # site_ensure <site>: like a client's device that keeps trying, initiate the site's tunnel when it

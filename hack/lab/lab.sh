@@ -13,14 +13,6 @@ NS=lab-acme
 PSK_HQ=lab-hq-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 PSK_BR=lab-br-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
-wait_for() { # wait_for <what> <seconds> <cmd...>
-  local what=$1 secs=$2; shift 2
-  local end=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    if [ $SECONDS -ge $end ]; then log "timed out waiting for $what"; return 1; fi
-    sleep 0.3
-  done
-}
 
 log "installing the operator (kubectl apply -k hack/lab/overlay = config/default + lab images/flags)"
 kubectl apply -k "$root/hack/lab/overlay" >/dev/null
@@ -105,8 +97,8 @@ metadata: {name: hq, namespace: $NS}
 spec:
   gatewayRef: acme-gw
   ipsec:
-    peer: {address: 172.30.1.2, id: hq.acme.example}
-    remoteSubnets: [10.20.1.0/24]
+    peer: {address: 198.51.100.6, id: hq.acme.example}
+    remoteSubnets: [203.0.113.16/28]
     esp: {proposals: [aes256gcm16-ecp256]}
     pskSecretRef: {name: hq-psk, key: psk}
   authorization: {exposures: [web]}
@@ -117,8 +109,8 @@ metadata: {name: branch, namespace: $NS}
 spec:
   gatewayRef: acme-gw
   ipsec:
-    peer: {address: 172.30.2.2, id: branch.acme.example}
-    remoteSubnets: [10.20.2.0/24]
+    peer: {address: 198.51.100.10, id: branch.acme.example}
+    remoteSubnets: [203.0.113.32/28]
     esp: {proposals: [aes256gcm16-ecp256]}
     pskSecretRef: {name: branch-psk, key: psk}
   authorization: {exposures: [web, admin]}
@@ -138,7 +130,7 @@ log "client sites: hq (granted: web), branch (granted: web, admin)"
 "$root/hack/lab/site.sh" hq 1 hq.acme.example "$PSK_HQ" "$CIDR"
 "$root/hack/lab/site.sh" branch 2 branch.acme.example "$PSK_BR" "$CIDR"
 
-curl_from() { ip netns exec "lab-site-$1" curl -sS --max-time "${3:-2}" --interface "10.20.$2.1" "$4"; }
+curl_from() { ip netns exec "lab-site-$1" curl -sS --max-time "${3:-2}" --interface "$(site_host "$2")" "$4"; }
 log "waiting for a live tunnel (a request from hq through it)"
 hq_live() { site_ensure hq; curl_from hq 1 2 "http://$VIP_WEB:8080/"; }
 wait_for "a request from hq through the tunnel" 120 hq_live

@@ -1,32 +1,24 @@
 #!/usr/bin/env bash
 # site.sh <name> <index> <id> <psk> <service-cidr>: a client's site as its device would be
 # configured from our parameter sheet: network namespace lab-site-<name> with an uplink to the node
-# (172.30.<index>.2/30), its LAN host (10.20.<index>.1) and charon-systemd (kernel-libipsec)
+# (198.51.100.<4*index+2>/30), its LAN host (203.0.113.<16*index+1>) and charon-systemd (kernel-libipsec)
 # with our address as the peer, our service CIDR as its remote network and its PSK.
 # Removed by hack/lab/cluster-down.sh.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-wait_for() {
-  local what=$1 secs=$2; shift 2
-  local end=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    if [ $SECONDS -ge $end ]; then log "timed out waiting for $what"; return 1; fi
-    sleep 0.3
-  done
-}
 n=$1 i=$2 id=$3 psk=$4 CIDR=$5 d="$S/sites/$1" ns="lab-site-$1" link="lab-s$2"   # link names: 15 chars at most
 for sub in x509 x509ca x509ocsp x509aa x509ac x509crl pubkey private rsa ecdsa bliss pkcs8 pkcs12; do mkdir -p "$d/swanctl/$sub"; done
 ip netns del "$ns" 2>/dev/null || true
 ip netns add "$ns"
 ip link del "$link" 2>/dev/null || true
 ip link add "$link" type veth peer name eth0 netns "$ns"
-ip addr add "172.30.$i.1/30" dev "$link"; ip link set "$link" up
+ip addr add "$(site_link_host "$i")/30" dev "$link"; ip link set "$link" up
 # the node answers (and initiates) from its own address, as seen from a real client site
-ip route replace "172.30.$i.0/30" dev "$link" proto kernel scope link src "$NODE_IP"
+ip route replace "198.51.100.$((4 * i))/30" dev "$link" proto kernel scope link src "$NODE_IP"
 ip -n "$ns" link set lo up
-ip -n "$ns" addr add "172.30.$i.2/30" dev eth0; ip -n "$ns" link set eth0 up
-ip -n "$ns" route add default via "172.30.$i.1"
-ip -n "$ns" addr add "10.20.$i.1/32" dev lo    # the site's LAN host (no dummy module here)
+ip -n "$ns" addr add "$(site_link_site "$i")/30" dev eth0; ip -n "$ns" link set eth0 up
+ip -n "$ns" route add default via "$(site_link_host "$i")"
+ip -n "$ns" addr add "$(site_host "$i")/32" dev lo    # the site's LAN host (no dummy module here)
 # the image's strongswan.conf, with its own socket and quick IKE retransmits (a restarted gateway
 # is found again within seconds, not minutes)
 sed -e "s#/run/strongswan/charon.vici#$d/charon.vici#" \
@@ -36,7 +28,7 @@ cat >"$d/swanctl/swanctl.conf" <<CONF
 connections {
   acme {
     version = 2
-    local_addrs = 172.30.$i.2
+    local_addrs = $(site_link_site "$i")
     remote_addrs = $NODE_IP
     proposals = aes256gcm16-prfsha256-ecp256
     dpd_delay = 5s
@@ -47,7 +39,7 @@ connections {
              id = $NODE_IP }
     children {
       net {
-        local_ts = 10.20.$i.0/24
+        local_ts = $(site_lan "$i")
         remote_ts = $CIDR
         esp_proposals = aes256gcm16-ecp256
         start_action = start

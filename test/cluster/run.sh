@@ -16,12 +16,7 @@ NS=lab-acme
 fails=0
 pass() { echo "--- PASS: $*"; }
 fail() { echo "--- FAIL: $*"; fails=$((fails + 1)); }
-wait_for() {
-  local secs=$1; shift
-  local end=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do [ $SECONDS -ge $end ] && return 1; sleep 0.3; done
-}
-curl_from() { ip netns exec "lab-site-$1" curl -sS --max-time "${3:-2}" --interface "10.20.$2.1" "$4"; }
+curl_from() { ip netns exec "lab-site-$1" curl -sS --max-time "${3:-2}" --interface "$(site_host "$2")" "$4"; }
 counter() { nft -j list counter ip bnerd_vpn "$1" | python3 -c 'import json,sys; print([o["counter"]["packets"] for o in json.load(sys.stdin)["nftables"] if "counter" in o][0])'; }
 gwpod() { kubectl -n $NS get pod -l vpn.bnerd.net/gateway=acme-gw -o jsonpath='{.items[0].metadata.name}'; }
 
@@ -40,7 +35,7 @@ echo "$priv"
 if echo "$priv" | grep -q '=true'; then fail "a gateway container is privileged"; else pass "no gateway container is privileged"; fi
 
 echo "=== RUN 2 connected"
-if wait_for 60 sh -c "[ \$(kubectl -n $NS get vpnpeer -o jsonpath='{range .items[*]}{.status.conditions[?(@.type==\"Connected\")].status}{\"\\n\"}{end}' | grep -c True) = 2 ]"; then
+if wait_for check 60 sh -c "[ \$(kubectl -n $NS get vpnpeer -o jsonpath='{range .items[*]}{.status.conditions[?(@.type==\"Connected\")].status}{\"\\n\"}{end}' | grep -c True) = 2 ]"; then
   pass "both peers Connected"; else fail "peers not Connected"; fi
 
 echo "=== RUN 3 authorization"
@@ -67,16 +62,16 @@ metadata: {name: newsite, namespace: $NS}
 spec:
   gatewayRef: acme-gw
   ipsec:
-    peer: {address: 172.30.3.2, id: newsite.acme.example}
-    remoteSubnets: [10.20.3.0/24]
+    peer: {address: 198.51.100.14, id: newsite.acme.example}
+    remoteSubnets: [203.0.113.48/28]
     esp: {proposals: [aes256gcm16-ecp256]}
     pskSecretRef: {name: newsite-psk, key: psk}
   authorization: {exposures: [web]}
 YAML
 "$root/hack/lab/site.sh" newsite 3 newsite.acme.example "$PSK" "$CIDR"
 newsite_live() { site_ensure newsite; curl_from newsite 3 2 "http://$VIP_WEB:8080/"; }
-if wait_for 90 newsite_live; then pass "new peer reaches web after $((SECONDS - t))s"; else fail "new peer has no tunnel"; fi
-wait_for 30 sh -c "kubectl -n $NS get vpnpeer newsite -o jsonpath='{.status.conditions[?(@.type==\"Connected\")].status}' | grep -q True" && pass "new peer Connected" || fail "new peer not Connected"
+if wait_for check 90 newsite_live; then pass "new peer reaches web after $((SECONDS - t))s"; else fail "new peer has no tunnel"; fi
+wait_for check 30 sh -c "kubectl -n $NS get vpnpeer newsite -o jsonpath='{.status.conditions[?(@.type==\"Connected\")].status}' | grep -q True" && pass "new peer Connected" || fail "new peer not Connected"
 hq_sa_after=$(STRONGSWAN_CONF="$S/sites/hq/strongswan.conf" swanctl --list-sas 2>/dev/null | grep -o 'acme: #[0-9]*' | head -1)
 if [ -n "$hq_sa_before" ] && [ "$hq_sa_before" = "$hq_sa_after" ]; then pass "hq's IKE SA undisturbed ($hq_sa_after)"; else fail "hq's IKE SA changed ($hq_sa_before -> $hq_sa_after)"; fi
 
@@ -85,7 +80,7 @@ old=$(gwpod); t=$SECONDS
 kubectl -n $NS delete pod "$old" --wait=false >/dev/null
 kubectl -n $NS wait --for=delete pod/"$old" --timeout=60s >/dev/null   # the old pod's charon is gone
 echo "old pod gone after $((SECONDS - t))s"
-if wait_for 120 curl_from hq 1 2 "http://$VIP_WEB:8080/"; then pass "tunnel back $((SECONDS - t))s after deleting the gateway pod (new pod $(gwpod))"; else fail "tunnel not back after deleting the gateway pod"; fi
+if wait_for check 120 curl_from hq 1 2 "http://$VIP_WEB:8080/"; then pass "tunnel back $((SECONDS - t))s after deleting the gateway pod (new pod $(gwpod))"; else fail "tunnel not back after deleting the gateway pod"; fi
 
 echo "=== RUN 6 operator restart re-creates nothing"
 gen=$(kubectl -n $NS get deploy acme-gw-gateway -o jsonpath='{.metadata.generation}')
