@@ -201,5 +201,20 @@ func renderCases() []renderCase {
 			},
 			opts: libipsec,
 		},
+		{
+			// A host-network gateway shares the node's namespace: the forward chain accepts the
+			// node's other traffic and only clamps and drops tunnel traffic.
+			name: "host-network-shared-netns",
+			gw: func() *model.Gateway {
+				g := ipsecGateway("edge", []model.Peer{
+					ipsecPeer("hq", allowed(model.ReasonDefaultAllow), []string{"web"}, "203.0.113.0/24"),
+				}, []model.Exposure{
+					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("192.0.2.10"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"hq"}},
+				})
+				g.Endpoint = model.Endpoint{Kind: model.EndpointHostNetwork, NodeName: "node-1", HostAddress: addr("198.51.100.1")}
+				return g
+			},
+			opts: libipsec,
+		},
 	}
 }

@@ -157,12 +157,16 @@ type reversePort struct {
 
 // plan is everything the text is written from, validated.
 type plan struct {
-	comment      string // gateway namespace/name, comment form
-	protocol     model.Protocol
-	tunnelIn     string // match of packets from the tunnel
-	tunnelOut    string // match of packets into the tunnel (output chain)
-	cluster      string // quoted cluster interface
-	mss          int    // 0: rt mtu
+	comment   string // gateway namespace/name, comment form
+	protocol  model.Protocol
+	tunnelIn  string // match of packets from the tunnel
+	tunnelOut string // match of packets into the tunnel (output chain)
+	cluster   string // quoted cluster interface
+	mss       int    // 0: rt mtu
+	// sharedNetns: the gateway runs in the node's network namespace (host network), so the
+	// forward chain must leave the node's other traffic alone: it only clamps and drops what
+	// comes from the tunnel or goes toward a peer, and accepts everything else.
+	sharedNetns  bool
 	peerCounters []Counters
 	counterStart map[string]CounterValue
 	peerIn       []owned // counter map elements, owner indexes peerCounters
@@ -202,6 +206,7 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 		cluster:  strconv.Quote(o.ClusterInterface),
 
 		counterStart: o.CounterStart,
+		sharedNetns:  g.Endpoint.Kind == model.EndpointHostNetwork,
 	}
 	if o.TunnelInterface == "" {
 		p.tunnelIn, p.tunnelOut = "meta ipsec exists", "rt ipsec exists"
@@ -499,11 +504,22 @@ func (p *plan) write() string {
 	}
 	w("\t}\n\n")
 
-	w("\tchain forward {\n\t\ttype filter hook forward priority filter; policy drop;\n")
-	if p.mss > 0 {
-		w("\t\ttcp flags syn tcp option maxseg size > %d tcp option maxseg size set %d\n", p.mss, p.mss)
-	} else {
-		w("\t\ttcp flags syn tcp option maxseg size set rt mtu\n")
+	policy := "drop"
+	if p.sharedNetns {
+		// On a node, other forwarded traffic (pods, services) is none of the gateway's business.
+		policy = "accept"
+	}
+	w("\tchain forward {\n\t\ttype filter hook forward priority filter; policy %s;\n", policy)
+	clamps := []string{""}
+	if p.sharedNetns { // only tunnel traffic, both ways
+		clamps = []string{p.tunnelIn + " ", p.tunnelOut + " "}
+	}
+	for _, match := range clamps {
+		if p.mss > 0 {
+			w("\t\t%stcp flags syn tcp option maxseg size > %d tcp option maxseg size set %d\n", match, p.mss, p.mss)
+		} else {
+			w("\t\t%stcp flags syn tcp option maxseg size set rt mtu\n", match)
+		}
 	}
 	w("\t\tct state established,related accept\n")
 	w("\t\tct mark 0x%08x ct status dnat accept\n", MarkForward)
@@ -513,7 +529,9 @@ func (p *plan) write() string {
 	w("\t\t%s counter name ip saddr map @peer_in drop\n", p.tunnelIn)
 	w("\t\t%s counter name %q drop\n", p.tunnelIn, CounterUnknownIn)
 	w("\t\tcounter name ip daddr map @peer_out drop\n")
-	w("\t\tcounter name %q drop\n", CounterOther)
+	if !p.sharedNetns {
+		w("\t\tcounter name %q drop\n", CounterOther)
+	}
 	w("\t}\n\n")
 
 	w("\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n")
