@@ -39,15 +39,7 @@ func TestMain(m *testing.M) {
 		logOut = os.Stderr
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.Level(zapcore.InfoLevel)))
-	var err error
-	env, err = testenv.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
+	os.Exit(testenv.Main(m, func(e *testenv.Env) { env = e }))
 }
 
 // operatorConfig is the configuration tests run the operator with.

@@ -152,3 +152,16 @@ func (w *WriteCounter) Wrap(cfg *rest.Config) *rest.Config {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Main runs a package's tests against one API server: it starts it, hands it to use, runs the
+// tests and stops it. For TestMain: os.Exit(testenv.Main(m, func(e *Env) { env = e })).
+func Main(m interface{ Run() int }, use func(*Env)) int {
+	e, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer e.Stop() //nolint:errcheck
+	use(e)
+	return m.Run()
+}
