@@ -10,10 +10,12 @@ t0=$SECONDS
 
 # client sites (hack/lab/lab.sh)
 ip addr del "$NODE_IP/32" dev lo 2>/dev/null || true
+ip addr del "$LB_IP/32" dev lo 2>/dev/null || true
 for ns in $(ip netns list 2>/dev/null | awk '/^lab-site-/ {print $1}'); do
   for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
   ip netns del "$ns"
 done
+rm -f /var/run/wireguard/labwg-*.sock   # WireGuard sites' UAPI sockets (their daemons died with the netns)
 for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E '^lab-s[0-9]+$'); do ip link del "$l" 2>/dev/null; done
 
 stop() { # stop <name>: SIGTERM then SIGKILL the recorded pid (and its process group)

@@ -9,7 +9,7 @@ source "$(dirname "$0")/common.sh"
 t0=$(date +%s.%N)
 
 # --- packages -----------------------------------------------------------------------------------
-pkgs=(etcd-server containerd runc containernetworking-plugins conntrack iptables nftables openssl iproute2)
+pkgs=(etcd-server containerd runc containernetworking-plugins conntrack iptables nftables openssl iproute2 wireguard-tools bc curl)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -21,6 +21,8 @@ command -v kubectl >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get instal
 
 # --- binaries -----------------------------------------------------------------------------------
 "$root/hack/lab/build-kube.sh" >/dev/null
+# the WireGuard client site's daemon (the version the gateway agent embeds, from go.mod)
+(cd "$root" && go build -o bin/lab/wireguard-go golang.zx2c4.com/wireguard)
 
 if [ -f "$S/pids" ] && grep -q . "$S/pids"; then log "a lab is already up (state in $S); run hack/lab/cluster-down.sh first"; exit 1; fi
 mkdir -p "$S"/{pki,etcd,logs,containerd,cni/net.d,cni/ipam,kubelet,kubelet-certs,kubelet-plugins,manifests}
@@ -39,8 +41,10 @@ if [ ! -f "$S/sysctls" ]; then
   for k in $SYSCTLS; do echo "$k=$(sysctl -n "$k")"; done >"$S/sysctls"
 fi
 sysctl -qw net.ipv4.ip_forward=1
-# the node's own address (documentation range), removed again by cluster-down.sh
+# the node's own address and the lab load balancer's (documentation range), removed again by
+# cluster-down.sh
 ip addr replace "$NODE_IP/32" dev lo
+ip addr replace "$LB_IP/32" dev lo
 
 # --- PKI (openssl) ------------------------------------------------------------------------------
 pki=$S/pki

@@ -7,6 +7,10 @@ NODE=lab-node
 # Every address the lab uses is its own, in documentation or CGNAT ranges: the node's address is
 # put on lo by cluster-up.sh, the sites' links are 198.51.100.<4i>/30, their LANs 203.0.113.<16i>/28.
 NODE_IP=${LAB_NODE_IP:-192.0.2.1}
+# the lab's load balancer address: the lab plays the cloud's load balancer for Services of class
+# lab.bnerd.net/static (it writes this address into their status; kube-proxy forwards it)
+LB_IP=192.0.2.2
+LB_CLASS=lab.bnerd.net/static
 POD_CIDR=100.96.0.0/24
 SERVICE_CIDR=100.97.0.0/16
 KUBERNETES_SVC_IP=100.97.0.1
@@ -32,6 +36,31 @@ site_link_host() { echo "198.51.100.$((4 * $1 + 1))"; }
 site_link_site() { echo "198.51.100.$((4 * $1 + 2))"; }
 site_lan() { echo "203.0.113.$((16 * $1))/28"; }
 site_host() { echo "203.0.113.$((16 * $1 + 1))"; }
+# site_netns <name> <i>: the site's network namespace lab-site-<name>, its uplink to the node
+# (veth lab-s<i>, 198.51.100.<4i>/30) and its LAN host on lo (the kernel has no dummy module).
+site_netns() {
+  local n=$1 i=$2 ns="lab-site-$1" link="lab-s$2"   # link names: 15 characters at most
+  mkdir -p "$S/sites/$n"
+  ip netns del "$ns" 2>/dev/null || true
+  ip netns add "$ns"
+  ip link del "$link" 2>/dev/null || true
+  ip link add "$link" type veth peer name eth0 netns "$ns"
+  ip addr add "$(site_link_host "$i")/30" dev "$link"; ip link set "$link" up
+  # the node answers (and initiates) from its own address, as seen from a real client site
+  ip route replace "198.51.100.$((4 * i))/30" dev "$link" proto kernel scope link src "$NODE_IP"
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add "$(site_link_site "$i")/30" dev eth0; ip -n "$ns" link set eth0 up
+  ip -n "$ns" route add default via "$(site_link_host "$i")"
+  ip -n "$ns" addr add "$(site_host "$i")/32" dev lo
+}
+# WireGuard sites: the device name (unique on the machine: wireguard-go's UAPI socket is shared)
+# and the site's key pair (private key in the site's folder; prints the public key).
+site_wireguard_dev() { echo "labwg-$1" | cut -c1-15; }
+site_wireguard_key() {
+  local d="$S/sites/$1"; mkdir -p "$d"
+  [ -f "$d/private.key" ] || (umask 077; wg genkey >"$d/private.key")
+  wg pubkey <"$d/private.key"
+}
 # sysctls the cluster (kubelet, CNI, kube-proxy) and the lab change; recorded at up, restored at down.
 SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops net.ipv4.ip_forward net.ipv4.conf.all.route_localnet net.ipv4.conf.all.forwarding"
 # site_ensure <site>: like a client's device that keeps trying, initiate the site's tunnel when it
@@ -40,4 +69,12 @@ site_ensure() {
   local c="$S/sites/$1/strongswan.conf"
   STRONGSWAN_CONF=$c swanctl --list-sas 2>/dev/null | grep -q 'INSTALLED' && return 0
   STRONGSWAN_CONF=$c timeout 15 swanctl --initiate --child net --timeout 10 >/dev/null 2>&1
+}
+# lab_load_balancer <namespace> <service>: the lab's load balancer for class $LB_CLASS: once the
+# Service exists, writes $LB_IP into its status as a cloud's load balancer controller would;
+# kube-proxy then forwards the address to the Service's endpoints.
+lab_load_balancer() {
+  wait_for "Service $1/$2" 60 kubectl -n "$1" get svc "$2"
+  kubectl -n "$1" patch svc "$2" --subresource=status --type=merge \
+    -p "{\"status\":{\"loadBalancer\":{\"ingress\":[{\"ip\":\"$LB_IP\"}]}}}" >/dev/null
 }

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # `make lab`: on the running lab cluster (hack/lab/cluster-up.sh), installs the operator with the
 # manifests users install (config/default through hack/lab/overlay), a sample client (namespace
-# lab-acme: a VPNGateway on the node's address, two VPNPeers with different grants, a backend
-# Deployment behind two exposures) and the client's two sites as network namespaces running
-# strongSwan like the client's devices; then shows the status, a request through the tunnel that
-# succeeds and one the peer is not granted that fails, and the time to a live tunnel.
+# lab-acme: a backend Deployment behind two Services; an IPsec VPNGateway on the node's address
+# (host network) with two VPNPeers with different grants; a WireGuard VPNGateway behind a
+# LoadBalancer Service with one VPNPeer) and the client's sites as network namespaces configured
+# like the client's devices: hq and branch running strongSwan, roam running WireGuard. Then it
+# shows the status, requests through the tunnels that succeed and one the peer is not granted that
+# fails, and the time to a live tunnel.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 t0=${LAB_T0:-$(date +%s.%N)}
@@ -12,6 +14,7 @@ elapsed() { echo "$(date +%s.%N) - $t0" | bc | xargs printf '%.1f'; }
 NS=lab-acme
 PSK_HQ=lab-hq-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 PSK_BR=lab-br-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
+ROAM_PUB=$(site_wireguard_key roam)   # the WireGuard site's key pair; the private key stays there
 
 
 log "installing the operator (kubectl apply -k hack/lab/overlay = config/default + lab images/flags)"
@@ -114,6 +117,29 @@ spec:
     esp: {proposals: [aes256gcm16-ecp256]}
     pskSecretRef: {name: branch-psk, key: psk}
   authorization: {exposures: [web, admin]}
+---
+# WireGuard, in the pod network, published by a load balancer (the lab plays it: see LB_CLASS);
+# the exposure names the backend's Service, which the operator resolves.
+apiVersion: vpn.bnerd.net/v1alpha1
+kind: VPNGateway
+metadata: {name: acme-wg, namespace: $NS}
+spec:
+  protocol: wireguard
+  endpoint:
+    loadBalancer: {loadBalancerClass: $LB_CLASS}
+  exposures:
+  - name: web
+    target: {service: {name: web}, ports: [{port: 8080}]}
+  wireguard: {listenPort: 51820}
+---
+apiVersion: vpn.bnerd.net/v1alpha1
+kind: VPNPeer
+metadata: {name: roam, namespace: $NS}
+spec:
+  gatewayRef: acme-wg
+  wireguard:
+    publicKey: $ROAM_PUB
+    subnets: [203.0.113.64/28]
 YAML
 
 wait_for "the gateway's service CIDR" 60 sh -c "kubectl -n $NS get vpngw acme-gw -o jsonpath='{.status.serviceCIDR}' | grep -q ."
@@ -130,21 +156,32 @@ log "client sites: hq (granted: web), branch (granted: web, admin)"
 "$root/hack/lab/site.sh" hq 1 hq.acme.example "$PSK_HQ" "$CIDR"
 "$root/hack/lab/site.sh" branch 2 branch.acme.example "$PSK_BR" "$CIDR"
 
+lab_load_balancer "$NS" acme-wg-gateway-lb
+wait_for "the WireGuard gateway's address and public key" 60 sh -c "kubectl -n $NS get vpngw acme-wg -o jsonpath='{.status.publicAddress} {.status.wireguardPublicKey} {.status.exposures[0].virtualIP}' | grep -q '^[^ ]\+ [^ ]\+ [^ ]\+$'"
+WG_CIDR=$(kubectl -n $NS get vpngw acme-wg -o jsonpath='{.status.serviceCIDR}')
+WG_KEY=$(kubectl -n $NS get vpngw acme-wg -o jsonpath='{.status.wireguardPublicKey}')
+WG_ADDR=$(kubectl -n $NS get vpngw acme-wg -o jsonpath='{.status.publicAddress}')
+VIP_WG_WEB=$(kubectl -n $NS get vpngw acme-wg -o jsonpath='{.status.exposures[?(@.name=="web")].virtualIP}')
+log "client site: roam (WireGuard to $WG_ADDR:51820, service CIDR $WG_CIDR, web $VIP_WG_WEB:8080)"
+"$root/hack/lab/site-wireguard.sh" roam 4 "$WG_ADDR:51820" "$WG_KEY" "$WG_CIDR"
+
 curl_from() { ip netns exec "lab-site-$1" curl -sS --max-time "${3:-2}" --interface "$(site_host "$2")" "$4"; }
 log "waiting for a live tunnel (a request from hq through it)"
 hq_live() { site_ensure hq; curl_from hq 1 2 "http://$VIP_WEB:8080/"; }
 wait_for "a request from hq through the tunnel" 120 hq_live
 live=$(elapsed)
+wait_for "a request from roam through the WireGuard tunnel" 90 curl_from roam 4 2 "http://$VIP_WG_WEB:8080/"
+live_wg=$(elapsed)
 wait_for "traffic counters in the peers' status" 30 sh -c "kubectl -n $NS get vpnpeer hq -o jsonpath='{.status.tunnel.bytesIn}' | grep -q ." || true
 wait_for "gateway Ready" 60 kubectl -n $NS wait --for=condition=Ready vpngw/acme-gw --timeout=1s || true
-wait_for "peers Connected" 60 sh -c "[ \$(kubectl -n $NS get vpnpeer -o jsonpath='{range .items[*]}{.status.conditions[?(@.type==\"Connected\")].status}{\"\\n\"}{end}' | grep -c True) = 2 ]" || true
+wait_for "peers Connected" 60 sh -c "[ \$(kubectl -n $NS get vpnpeer -o jsonpath='{range .items[*]}{.status.conditions[?(@.type==\"Connected\")].status}{\"\\n\"}{end}' | grep -c True) = 3 ]" || true
 
 echo
 echo "== kubectl -n $NS get vpngw,vpnpeer"
 kubectl -n $NS get vpngw,vpnpeer -o wide
 echo
 echo "== peers: connected, authorized, bytes"
-kubectl -n $NS get vpnpeer -o custom-columns='PEER:.metadata.name,CONNECTED:.status.conditions[?(@.type=="Connected")].status,AUTHORIZED:.status.conditions[?(@.type=="Authorized")].status,GRANTS:.spec.authorization.exposures,BYTES-IN:.status.tunnel.bytesIn,BYTES-OUT:.status.tunnel.bytesOut'
+kubectl -n $NS get vpnpeer -o custom-columns='PEER:.metadata.name,GATEWAY:.spec.gatewayRef,CONNECTED:.status.conditions[?(@.type=="Connected")].status,AUTHORIZED:.status.conditions[?(@.type=="Authorized")].status,GRANTS:.spec.authorization.exposures,BYTES-IN:.status.tunnel.bytesIn,BYTES-OUT:.status.tunnel.bytesOut'
 echo
 echo "== hq -> web ($VIP_WEB:8080), granted:"
 curl_from hq 1 3 "http://$VIP_WEB:8080/" || echo "FAILED"
@@ -152,6 +189,9 @@ echo "== hq -> admin ($VIP_ADMIN:8081), not granted (must fail):"
 if curl_from hq 1 3 "http://$VIP_ADMIN:8081/"; then echo "UNEXPECTED: it succeeded"; else echo "denied, as it should be"; fi
 echo "== branch -> admin ($VIP_ADMIN:8081), granted:"
 curl_from branch 2 3 "http://$VIP_ADMIN:8081/" || echo "FAILED"
+echo "== roam -> web over WireGuard ($VIP_WG_WEB:8080, the Service web), granted (single peer):"
+curl_from roam 4 3 "http://$VIP_WG_WEB:8080/" || echo "FAILED"
 echo
+echo "WireGuard tunnel live after ${live_wg}s"
 echo "live tunnel after ${live}s (from $( [ -n "${LAB_T0:-}" ] && echo "make lab start" || echo "lab.sh start"))"
-echo "KUBECONFIG=$KUBECONFIG; client sites: ip netns exec lab-site-hq|lab-site-branch ...; make lab-down removes everything"
+echo "KUBECONFIG=$KUBECONFIG; client sites: ip netns exec lab-site-hq|lab-site-branch|lab-site-roam ...; make lab-down removes everything"

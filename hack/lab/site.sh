@@ -1,24 +1,14 @@
 #!/usr/bin/env bash
 # site.sh <name> <index> <id> <psk> <service-cidr>: a client's site as its device would be
-# configured from our parameter sheet: network namespace lab-site-<name> with an uplink to the node
-# (198.51.100.<4*index+2>/30), its LAN host (203.0.113.<16*index+1>) and charon-systemd (kernel-libipsec)
-# with our address as the peer, our service CIDR as its remote network and its PSK.
+# configured from our parameter sheet: network namespace lab-site-<name> (site_netns in common.sh)
+# running charon-systemd (kernel-libipsec) with our address as the peer, our service CIDR as its
+# remote network and its PSK.
 # Removed by hack/lab/cluster-down.sh.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-n=$1 i=$2 id=$3 psk=$4 CIDR=$5 d="$S/sites/$1" ns="lab-site-$1" link="lab-s$2"   # link names: 15 chars at most
+n=$1 i=$2 id=$3 psk=$4 CIDR=$5 d="$S/sites/$1" ns="lab-site-$1"
 for sub in x509 x509ca x509ocsp x509aa x509ac x509crl pubkey private rsa ecdsa bliss pkcs8 pkcs12; do mkdir -p "$d/swanctl/$sub"; done
-ip netns del "$ns" 2>/dev/null || true
-ip netns add "$ns"
-ip link del "$link" 2>/dev/null || true
-ip link add "$link" type veth peer name eth0 netns "$ns"
-ip addr add "$(site_link_host "$i")/30" dev "$link"; ip link set "$link" up
-# the node answers (and initiates) from its own address, as seen from a real client site
-ip route replace "198.51.100.$((4 * i))/30" dev "$link" proto kernel scope link src "$NODE_IP"
-ip -n "$ns" link set lo up
-ip -n "$ns" addr add "$(site_link_site "$i")/30" dev eth0; ip -n "$ns" link set eth0 up
-ip -n "$ns" route add default via "$(site_link_host "$i")"
-ip -n "$ns" addr add "$(site_host "$i")/32" dev lo    # the site's LAN host (no dummy module here)
+site_netns "$n" "$i"
 # the image's strongswan.conf, with its own socket and quick IKE retransmits (a restarted gateway
 # is found again within seconds, not minutes)
 sed -e "s#/run/strongswan/charon.vici#$d/charon.vici#" \

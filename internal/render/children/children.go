@@ -52,6 +52,9 @@ const (
 	ModelPath = ConfigDir + "/" + ModelKey
 	// StrongSwanRunDir is the emptyDir shared by charon and the agent (the VICI socket).
 	StrongSwanRunDir = "/run/strongswan"
+	// WireGuardRunDir is the emptyDir where the embedded wireguard-go opens its UAPI socket
+	// (<iface>.sock, the place wgctrl and `wg` look); the root filesystem is read-only.
+	WireGuardRunDir = "/var/run/wireguard"
 	// TunDevice is the TUN device a userspace dataplane needs.
 	TunDevice = "/dev/net/tun"
 	// AgentCommand is the gateway agent binary in AgentImage.
@@ -66,6 +69,7 @@ const (
 
 	VolumeConfig        = "config"
 	VolumeStrongSwanRun = "strongswan-run"
+	VolumeWireGuardRun  = "wireguard-run"
 	VolumeTun           = "dev-net-tun"
 
 	PortMetrics   = "metrics"

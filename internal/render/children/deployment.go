@@ -163,6 +163,11 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 			WithName(PortWireGuard).
 			WithContainerPort(int32(gw.WireGuard.ListenPort)).
 			WithProtocol(corev1.ProtocolUDP))
+		// The embedded wireguard-go (when the kernel has no WireGuard) needs a writable
+		// directory for its UAPI socket.
+		agent.WithVolumeMounts(corev1ac.VolumeMount().WithName(VolumeWireGuardRun).WithMountPath(WireGuardRunDir))
+		volumes = append(volumes, corev1ac.Volume().WithName(VolumeWireGuardRun).
+			WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
 		if opts.UserspaceDataplane {
 			agent.WithVolumeMounts(tunMount())
 		}
