@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs/builds the real Kubernetes parts the tests start, cached under bin/:
-#   bin/k8s/<version>/kube-apiserver  built from the Go module proxy (hack/tools/kube, own module)
+#   bin/k8s/<version>/kube-apiserver  -> kube, all five Kubernetes parts in one binary built from
+#                                     the Go module proxy (hack/tools/kube, own module)
 #   bin/k8s/<version>/etcd            symlink to Debian's etcd-server
 # Prints the directory to use as envtest's BinaryAssetsDirectory.
-# Rebuilds only when the pinned version changes. Needs root for apt on a fresh machine.
+# Rebuilds only when the tool module changes. Needs root for apt on a fresh machine.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 version=$(awk '/^require k8s.io\/kubernetes/ {print $3}' "$root/hack/tools/kube/go.mod")
@@ -27,10 +28,7 @@ if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
 fi
 ln -sf "$(command -v etcd || echo /usr/bin/etcd)" "$dir/etcd"
 
-# kube-apiserver: built once per version, in the tool module (never the project's go.mod).
-if [ ! -x "$dir/kube-apiserver" ]; then
-  log "building kube-apiserver $version (cold: ~8 min on 2 cores)"
-  (cd "$root/hack/tools/kube" && go build -trimpath -ldflags='-s -w' -o "$dir/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
-  mv "$dir/kube-apiserver.tmp" "$dir/kube-apiserver"
-fi
+# kube-apiserver: the lab's combined Kubernetes binary (hack/lab/build-kube.sh, one build for
+# envtest and the lab), built once per tool-module change, linked as kube-apiserver.
+"$root/hack/lab/build-kube.sh" >/dev/null
 echo "$dir"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy as one
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy and kubectl as one
 # binary (hack/tools/kube/cmd/kube, dispatching on its program name) from the Go module proxy,
-# cached as bin/k8s/<version>/kube (+ one symlink per component; an existing standalone
-# kube-apiserver from hack/test-binaries.sh is kept). Rebuilds only when the tool module changes.
+# cached as bin/k8s/<version>/kube (+ one symlink per component; envtest uses its kube-apiserver,
+# see hack/test-binaries.sh). Rebuilds only when the tool module changes.
 # Cold: ~9 min on 2 cores; warm Go cache: ~25 s. Prints the directory.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -19,8 +19,8 @@ if [ ! -x "$K/kube" ] || [ "$(cat "$K/kube.stamp" 2>/dev/null)" != "$stamp" ]; t
   mv "$K/kube.tmp" "$K/kube"
   echo "$stamp" >"$K/kube.stamp"
 fi
-for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
-  [ -e "$K/$c" ] || ln -s kube "$K/$c"
+for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+  [ "$(readlink "$K/$c" 2>/dev/null)" = kube ] || ln -sfn kube "$K/$c"
 done
 [ -e "$K/etcd" ] || ln -s "$(command -v etcd || echo /usr/bin/etcd)" "$K/etcd"
 echo "$K"

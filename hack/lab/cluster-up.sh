@@ -17,7 +17,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
-command -v kubectl >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubectl >&2 || { log "no kubectl package: install kubectl"; exit 1; }; }
 
 # --- binaries -----------------------------------------------------------------------------------
 "$root/hack/lab/build-kube.sh" >/dev/null

@@ -3,6 +3,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 S=${LAB_STATE:-/var/lib/bnerd-lab}          # everything the lab creates lives here
 version=$(awk '/^require k8s.io\/kubernetes/ {print $3}' "$root/hack/tools/kube/go.mod")
 K="$root/bin/k8s/$version"                  # kube binaries (combined "kube" + symlinks)
+export PATH="$K:$PATH"                      # kubectl among them (also for `sh -c "kubectl ..."`)
 NODE=lab-node
 # Every address the lab uses is its own, in documentation or CGNAT ranges: the node's address is
 # put on lo by cluster-up.sh, the sites' links are 198.51.100.<4i>/30, their LANs 203.0.113.<16i>/28.
@@ -20,7 +21,7 @@ CGROUP_ROOT=/bnerd-lab
 BRIDGE=labbr0
 CONTAINERD_SOCK=$S/containerd/containerd.sock
 export KUBECONFIG=$S/pki/admin.kubeconfig
-kubectl() { command kubectl --kubeconfig "$S/pki/admin.kubeconfig" "$@"; }
+kubectl() { "$K/kubectl" --kubeconfig "$S/pki/admin.kubeconfig" "$@"; }   # built with kube (build-kube.sh)
 ctr() { command ctr --address "$CONTAINERD_SOCK" "$@"; }
 log() { echo "lab: $*" >&2; }
 wait_for() { # wait_for <what> <seconds> <cmd...>: poll until the command succeeds

@@ -180,7 +180,7 @@ echo
 echo "== kubectl -n $NS get vpngw,vpnpeer"
 kubectl -n $NS get vpngw,vpnpeer -o wide
 echo
-echo "== peers: connected, authorized, bytes"
+echo "== peers: connected, authorized, bytes (as the gateway agent last wrote them: at once on a state change, else every 15 s at most; live figures are in its metrics)"
 kubectl -n $NS get vpnpeer -o custom-columns='PEER:.metadata.name,GATEWAY:.spec.gatewayRef,CONNECTED:.status.conditions[?(@.type=="Connected")].status,AUTHORIZED:.status.conditions[?(@.type=="Authorized")].status,GRANTS:.spec.authorization.exposures,BYTES-IN:.status.tunnel.bytesIn,BYTES-OUT:.status.tunnel.bytesOut'
 echo
 echo "== hq -> web ($VIP_WEB:8080), granted:"

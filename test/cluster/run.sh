@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # `make e2e-cluster` (issue 6) against the lab cluster hack/lab/cluster-up.sh started: runs the lab
-# (operator from config/default, sample client, two sites) and asserts, in order:
-#   1. no container of the gateway pod is privileged;
-#   2. the tunnel comes up (lab.sh fails otherwise) and both peers report Connected;
+# (operator from config/default, sample client, two strongSwan sites on a host-network IPsec
+# gateway, one WireGuard site on a gateway behind a LoadBalancer Service) and asserts, in order:
+#   1. no container of either gateway pod is privileged;
+#   2. the tunnels come up (lab.sh fails otherwise) and all three peers report Connected;
 #   3. the exposure is reachable from the granted peer and not from the other, whose drop
-#      counter rises;
+#      counter rises; the WireGuard peer reaches its gateway's exposure of a Service, and its
+#      status shows the handshake and the bytes;
 #   4. a peer added live comes up and reaches its grant, other peers' tunnels undisturbed;
-#   5. deleting the gateway pod brings a new one and the tunnel back (time printed);
+#   5. deleting a gateway pod brings a new one and the tunnel back (time printed), for both;
 #   6. restarting the operator re-creates nothing (gateway Deployment generation, pod, ConfigMap);
 #   7. `kubectl get vpngw,vpnpeer` is shown.
 set -uo pipefail
@@ -18,7 +20,7 @@ pass() { echo "--- PASS: $*"; }
 fail() { echo "--- FAIL: $*"; fails=$((fails + 1)); }
 curl_from() { ip netns exec "lab-site-$1" curl -sS --max-time "${3:-2}" --interface "$(site_host "$2")" "$4"; }
 counter() { nft -j list counter ip bnerd_vpn "$1" | python3 -c 'import json,sys; print([o["counter"]["packets"] for o in json.load(sys.stdin)["nftables"] if "counter" in o][0])'; }
-gwpod() { kubectl -n $NS get pod -l vpn.bnerd.net/gateway=acme-gw -o jsonpath='{.items[0].metadata.name}'; }
+gwpod() { kubectl -n $NS get pod -l "vpn.bnerd.net/gateway=${1:-acme-gw}" -o jsonpath='{.items[0].metadata.name}'; }
 
 echo "=== RUN lab"
 if ! "$root/hack/lab/lab.sh"; then
@@ -28,15 +30,18 @@ fi
 VIP_WEB=$(kubectl -n $NS get vpngw acme-gw -o jsonpath='{.status.exposures[?(@.name=="web")].virtualIP}')
 VIP_ADMIN=$(kubectl -n $NS get vpngw acme-gw -o jsonpath='{.status.exposures[?(@.name=="admin")].virtualIP}')
 CIDR=$(kubectl -n $NS get vpngw acme-gw -o jsonpath='{.status.serviceCIDR}')
+VIP_WG_WEB=$(kubectl -n $NS get vpngw acme-wg -o jsonpath='{.status.exposures[?(@.name=="web")].virtualIP}')
 
 echo "=== RUN 1 unprivileged"
-priv=$(kubectl -n $NS get pod "$(gwpod)" -o jsonpath='{range .spec.initContainers[*]}{.name}={.securityContext.privileged}{"\n"}{end}{range .spec.containers[*]}{.name}={.securityContext.privileged}{"\n"}{end}')
-echo "$priv"
-if echo "$priv" | grep -q '=true'; then fail "a gateway container is privileged"; else pass "no gateway container is privileged"; fi
+for gw in acme-gw acme-wg; do
+  priv=$(kubectl -n $NS get pod "$(gwpod $gw)" -o jsonpath='{range .spec.initContainers[*]}{.name}={.securityContext.privileged} adds {.securityContext.capabilities.add}{"\n"}{end}{range .spec.containers[*]}{.name}={.securityContext.privileged} adds {.securityContext.capabilities.add}{"\n"}{end}')
+  echo "$gw: $priv"
+  if echo "$priv" | grep -q '=true'; then fail "a container of $gw is privileged"; else pass "no container of $gw is privileged"; fi
+done
 
 echo "=== RUN 2 connected"
-if wait_for check 60 sh -c "[ \$(kubectl -n $NS get vpnpeer -o jsonpath='{range .items[*]}{.status.conditions[?(@.type==\"Connected\")].status}{\"\\n\"}{end}' | grep -c True) = 2 ]"; then
-  pass "both peers Connected"; else fail "peers not Connected"; fi
+if wait_for check 60 sh -c "[ \$(kubectl -n $NS get vpnpeer -o jsonpath='{range .items[*]}{.status.conditions[?(@.type==\"Connected\")].status}{\"\\n\"}{end}' | grep -c True) = 3 ]"; then
+  pass "all three peers Connected"; else fail "peers not Connected"; fi
 
 echo "=== RUN 3 authorization"
 before=$(counter peer_hq_in)
@@ -45,6 +50,10 @@ if curl_from hq 1 2 "http://$VIP_ADMIN:8081/"; then fail "hq reached admin (not 
 after=$(counter peer_hq_in)
 if [ "$after" -gt "$before" ]; then pass "hq's drop counter rose $before -> $after"; else fail "hq's drop counter did not rise ($before -> $after)"; fi
 if curl_from branch 2 3 "http://$VIP_ADMIN:8081/"; then pass "branch reaches admin (granted)"; else fail "branch cannot reach admin"; fi
+if curl_from roam 4 3 "http://$VIP_WG_WEB:8080/"; then pass "roam reaches web over WireGuard (exposure of the Service web)"; else fail "roam cannot reach web over WireGuard"; fi
+if wait_for check 30 sh -c "kubectl -n $NS get vpnpeer roam -o jsonpath='{.status.tunnel.lastHandshake} {.status.tunnel.bytesIn}' | grep -q '^[^ ]\+ [1-9]'"; then
+  pass "roam's status: $(kubectl -n $NS get vpnpeer roam -o jsonpath='last handshake {.status.tunnel.lastHandshake}, {.status.tunnel.bytesIn} bytes in')"
+else fail "roam's status has no handshake or bytes: $(kubectl -n $NS get vpnpeer roam -o jsonpath='{.status.tunnel}')"; fi
 
 echo "=== RUN 4 peer added live"
 hq_sa_before=$(STRONGSWAN_CONF="$S/sites/hq/strongswan.conf" swanctl --list-sas 2>/dev/null | grep -o 'acme: #[0-9]*' | head -1)
@@ -80,7 +89,11 @@ old=$(gwpod); t=$SECONDS
 kubectl -n $NS delete pod "$old" --wait=false >/dev/null
 kubectl -n $NS wait --for=delete pod/"$old" --timeout=60s >/dev/null   # the old pod's charon is gone
 echo "old pod gone after $((SECONDS - t))s"
-if wait_for check 120 curl_from hq 1 2 "http://$VIP_WEB:8080/"; then pass "tunnel back $((SECONDS - t))s after deleting the gateway pod (new pod $(gwpod))"; else fail "tunnel not back after deleting the gateway pod"; fi
+if wait_for check 120 curl_from hq 1 2 "http://$VIP_WEB:8080/"; then pass "IPsec tunnel back $((SECONDS - t))s after deleting the gateway pod (new pod $(gwpod))"; else fail "IPsec tunnel not back after deleting the gateway pod"; fi
+old=$(gwpod acme-wg); t=$SECONDS
+kubectl -n $NS delete pod "$old" --wait=false >/dev/null
+kubectl -n $NS wait --for=delete pod/"$old" --timeout=60s >/dev/null
+if wait_for check 120 curl_from roam 4 2 "http://$VIP_WG_WEB:8080/"; then pass "WireGuard tunnel back $((SECONDS - t))s after deleting the gateway pod (new pod $(gwpod acme-wg))"; else fail "WireGuard tunnel not back after deleting the gateway pod"; fi
 
 echo "=== RUN 6 operator restart re-creates nothing"
 gen=$(kubectl -n $NS get deploy acme-gw-gateway -o jsonpath='{.metadata.generation}')
@@ -88,7 +101,18 @@ pod=$(gwpod)
 cm=$(kubectl -n $NS get cm -l vpn.bnerd.net/gateway=acme-gw -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.resourceVersion} {end}')
 kubectl -n bnerd-vpn-system rollout restart deploy/bnerd-vpn-operator >/dev/null
 kubectl -n bnerd-vpn-system rollout status deploy/bnerd-vpn-operator --timeout=120s >/dev/null
-sleep 15   # a full resync of the new operator
+# the new operator has reconciled every gateway and peer once (its initial sync) and has nothing
+# queued: read from its metrics (plain HTTP on the pod's port 8080)
+opip=$(kubectl -n bnerd-vpn-system get pod -l app.kubernetes.io/name=bnerd-vpn-operator --sort-by=.metadata.creationTimestamp -o jsonpath='{.items[-1:].status.podIP}')
+synced() {
+  local m; m=$(curl -sf --max-time 2 "http://$opip:8080/metrics") || return 1
+  local gws peers
+  gws=$(echo "$m" | awk '/^controller_runtime_reconcile_total\{controller="vpngateway",result="success"\}/ {print $2}')
+  peers=$(echo "$m" | awk '/^controller_runtime_reconcile_total\{controller="vpnpeer",result="success"\}/ {print $2}')
+  [ "${gws:-0}" -ge 2 ] && [ "${peers:-0}" -ge 4 ] &&
+    echo "$m" | grep -Eq '^workqueue_depth\{controller="vpngateway",name="vpngateway"(,priority="[0-9]+")?\} 0$'
+}
+wait_for "the new operator's initial sync" 90 synced || fail "the new operator ($opip) did not report its initial sync"
 gen2=$(kubectl -n $NS get deploy acme-gw-gateway -o jsonpath='{.metadata.generation}')
 pod2=$(gwpod)
 cm2=$(kubectl -n $NS get cm -l vpn.bnerd.net/gateway=acme-gw -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.resourceVersion} {end}')
