@@ -46,7 +46,7 @@ const (
 	// ReasonAuthFailed: the cloud rejected the operator's credentials (HTTP 401/403).
 	ReasonAuthFailed = "AuthFailed"
 	// ReasonConflict: the endpoint is held by someone else (a pinned floating IP associated
-	// with another port, two host-network gateways wanting the same node and ports).
+	// with another port, two host-network gateways wanting the same node).
 	ReasonConflict = "Conflict"
 	// ReasonProviderNotConfigured: the operator runs without the provider the endpoint needs.
 	ReasonProviderNotConfigured = "ProviderNotConfigured"

@@ -1,9 +1,11 @@
 // Package hostnetwork is the endpoint provider that runs the gateway pod in a node's network
 // namespace, pinned to that node: the public address is the configured one, or the node's
-// ExternalIP, or its InternalIP. Two host-network gateways on one node whose tunnel ports
-// overlap (any two IPsec gateways: UDP 500/4500; WireGuard gateways on the same listen port)
-// cannot both run: the older gateway (creation time, then namespace/name) keeps the node,
-// the younger gets Conflict naming it. Nothing is created, so Delete does nothing.
+// ExternalIP, or its InternalIP. A node holds one host-network gateway: its agent owns the
+// node's nftables table (ip bnerd_vpn), its tunnel device and ports (UDP 500/4500 for IPsec
+// with charon's routing table 220, wg0 and the listen port for WireGuard), so a second one
+// would overwrite the first's firewall. The older gateway (creation time, then
+// namespace/name) keeps the node, the younger gets Conflict naming it. Nothing is created,
+// so Delete does nothing.
 package hostnetwork
 
 import (
@@ -136,17 +138,8 @@ func nodeAddress(node *corev1.Node) (string, string) {
 	return "", ""
 }
 
-// gatewayPorts are the UDP ports a gateway binds on its node.
-func gatewayPorts(gw *vpnv1.VPNGateway) []cloud.Port {
-	var wg uint16
-	if gw.Spec.WireGuard != nil && gw.Spec.WireGuard.ListenPort > 0 && gw.Spec.WireGuard.ListenPort <= 65535 {
-		wg = uint16(gw.Spec.WireGuard.ListenPort)
-	}
-	return cloud.TunnelPorts(model.Protocol(gw.Spec.Protocol), wg)
-}
-
-// conflict finds the oldest other host-network gateway on the same node sharing a tunnel
-// port, if it is older than the requesting one.
+// conflict finds the oldest other host-network gateway on the same node, if it is older than
+// the requesting one.
 func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Error, error) {
 	var list vpnv1.VPNGatewayList
 	var opts []client.ListOption
@@ -156,7 +149,6 @@ func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Erro
 	if err := p.r.List(ctx, &list, opts...); err != nil {
 		return nil, apiError(err, "listing VPNGateways")
 	}
-	ours := cloud.TunnelPorts(req.Protocol, req.WireGuardPort)
 	// Our own age: from the list, or the youngest possible if the reader has not seen us yet.
 	self := struct {
 		created time.Time
@@ -168,20 +160,10 @@ func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Erro
 		}
 	}
 	var winner *vpnv1.VPNGateway
-	var shared []cloud.Port
 	for i := range list.Items {
 		gw := &list.Items[i]
 		hn := gw.Spec.Endpoint.HostNetwork
 		if gw.UID == req.UID || hn == nil || hn.NodeName != req.Endpoint.NodeName {
-			continue
-		}
-		var overlap []cloud.Port
-		for _, port := range gatewayPorts(gw) {
-			if slices.Contains(ours, port) {
-				overlap = append(overlap, port)
-			}
-		}
-		if len(overlap) == 0 {
 			continue
 		}
 		key := gw.Namespace + "/" + gw.Name
@@ -192,23 +174,36 @@ func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Erro
 		}
 		if winner == nil || gw.CreationTimestamp.Time.Before(winner.CreationTimestamp.Time) ||
 			(gw.CreationTimestamp.Time.Equal(winner.CreationTimestamp.Time) && key < winner.Namespace+"/"+winner.Name) {
-			winner, shared = gw, overlap
+			winner = gw
 		}
 	}
 	if winner == nil {
 		return nil, nil
-	}
-	var ports []string
-	for _, port := range shared {
-		ports = append(ports, fmt.Sprintf("%s/%d", strings.ToUpper(port.Protocol), port.Port))
 	}
 	note := ""
 	if winner.DeletionTimestamp != nil {
 		note = " (it is being deleted)"
 	}
 	return cloud.Terminalf(cloud.ReasonConflict, p.cfg.Recheck,
-		"node %s: %s already used by the older host-network gateway %s/%s%s",
-		req.Endpoint.NodeName, strings.Join(ports, ", "), winner.Namespace, winner.Name, note), nil
+		"node %s already runs the older host-network gateway %s/%s%s (%s, %s); a node holds one host-network gateway: its firewall table and tunnel device are the node's",
+		req.Endpoint.NodeName, winner.Namespace, winner.Name, note, winner.Spec.Protocol, describePorts(gatewayPorts(winner))), nil
+}
+
+// gatewayPorts are the UDP ports a gateway binds on its node.
+func gatewayPorts(gw *vpnv1.VPNGateway) []cloud.Port {
+	var wg uint16
+	if gw.Spec.WireGuard != nil && gw.Spec.WireGuard.ListenPort > 0 && gw.Spec.WireGuard.ListenPort <= 65535 {
+		wg = uint16(gw.Spec.WireGuard.ListenPort)
+	}
+	return cloud.TunnelPorts(model.Protocol(gw.Spec.Protocol), wg)
+}
+
+func describePorts(ports []cloud.Port) string {
+	var out []string
+	for _, port := range ports {
+		out = append(out, fmt.Sprintf("%s/%d", strings.ToUpper(port.Protocol), port.Port))
+	}
+	return strings.Join(out, ", ")
 }
 
 func apiError(err error, what string) error {

@@ -109,7 +109,7 @@ func TestAddress(t *testing.T) {
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			// Each gateway on its own protocol/port so they do not conflict.
+			// Each gateway on its own node (noaddress fails on its address before any conflict).
 			req := gateway(t, ns, c.name, c.node, vpnv1.ProtocolWireGuard, int32(51000+i))
 			if c.host != "" {
 				req.Endpoint.HostAddress = netip.MustParseAddr(c.host)
@@ -129,46 +129,46 @@ func TestAddress(t *testing.T) {
 	}
 }
 
-func TestPortConflicts(t *testing.T) {
+// A node holds one host-network gateway, whatever the protocols and ports: the older keeps it.
+func TestOneGatewayPerNode(t *testing.T) {
 	p := hostnetwork.New(env.Client, hostnetwork.Config{})
 	nsA, nsB := namespace(t), namespace(t)
 	n1 := node(t, "ExternalIP=203.0.113.11")
 	n2 := node(t, "ExternalIP=203.0.113.12")
+	n3 := node(t, "ExternalIP=203.0.113.13")
 
 	// Created first, but sorting after the younger by name: age decides, not name.
 	older := gateway(t, nsB, "zz-older", n1, vpnv1.ProtocolIPsec, 0)
 	time.Sleep(1100 * time.Millisecond) // creation timestamps have one-second resolution
 	younger := gateway(t, nsA, "aa-younger", n1, vpnv1.ProtocolIPsec, 0)
 	otherNode := gateway(t, nsA, "elsewhere", n2, vpnv1.ProtocolIPsec, 0)
-	wgA := gateway(t, nsA, "wg-a", n1, vpnv1.ProtocolWireGuard, 51820)
-	wgB := gateway(t, nsB, "wg-b", n1, vpnv1.ProtocolWireGuard, 51820)
-	wgC := gateway(t, nsB, "wg-c", n1, vpnv1.ProtocolWireGuard, 51821)
-	wgNATT := gateway(t, nsB, "wg-natt", n1, vpnv1.ProtocolWireGuard, 4500)
+	wgBesideIPsec := gateway(t, nsB, "wg-beside-ipsec", n1, vpnv1.ProtocolWireGuard, 51821)
+	time.Sleep(1100 * time.Millisecond)
+	wgA := gateway(t, nsA, "wg-a", n3, vpnv1.ProtocolWireGuard, 51820)
+	time.Sleep(1100 * time.Millisecond)
+	wgB := gateway(t, nsB, "wg-b", n3, vpnv1.ProtocolWireGuard, 51821)
 
 	if res := ensure(t, p, older); res.Reason != cloud.ReasonReady {
 		t.Errorf("older IPsec gateway: %+v", res)
 	}
 	res := ensure(t, p, younger)
 	if res.Reason != cloud.ReasonConflict || !res.Terminal || res.Ready || res.RetryAfter == 0 ||
-		!strings.Contains(res.Message, nsB+"/zz-older") || !strings.Contains(res.Message, "UDP/500") || !strings.Contains(res.Message, "UDP/4500") {
+		!strings.Contains(res.Message, nsB+"/zz-older") || !strings.Contains(res.Message, "UDP/500, UDP/4500") {
 		t.Errorf("younger IPsec gateway on the same node: %+v", res)
 	}
 	if res := ensure(t, p, otherNode); res.Reason != cloud.ReasonReady {
 		t.Errorf("IPsec gateway on another node: %+v", res)
 	}
-	// WireGuard on the same listen port: the older (wg-a, created first) keeps it.
+	// Different protocol and ports, same node: the firewall table would be shared.
+	if res := ensure(t, p, wgBesideIPsec); res.Reason != cloud.ReasonConflict || !strings.Contains(res.Message, nsB+"/zz-older") {
+		t.Errorf("WireGuard gateway beside an IPsec gateway: %+v", res)
+	}
+	// WireGuard on different listen ports, same node: the older keeps it.
 	if res := ensure(t, p, wgA); res.Reason != cloud.ReasonReady {
 		t.Errorf("wg-a: %+v", res)
 	}
 	if res := ensure(t, p, wgB); res.Reason != cloud.ReasonConflict || !strings.Contains(res.Message, nsA+"/wg-a") || !strings.Contains(res.Message, "UDP/51820") {
-		t.Errorf("wg-b on wg-a's port: %+v", res)
-	}
-	if res := ensure(t, p, wgC); res.Reason != cloud.ReasonReady {
-		t.Errorf("wg-c on another port: %+v", res)
-	}
-	// A WireGuard port colliding with IPsec NAT-T.
-	if res := ensure(t, p, wgNATT); res.Reason != cloud.ReasonConflict || !strings.Contains(res.Message, "zz-older") || !strings.Contains(res.Message, "UDP/4500") {
-		t.Errorf("wg on 4500 next to IPsec: %+v", res)
+		t.Errorf("wg-b beside wg-a: %+v", res)
 	}
 
 	// The older gateway goes: the younger gets the node.
@@ -177,6 +177,9 @@ func TestPortConflicts(t *testing.T) {
 	}
 	if res := ensure(t, p, younger); res.Reason != cloud.ReasonReady {
 		t.Errorf("after the older gateway went: %+v", res)
+	}
+	if res := ensure(t, p, wgBesideIPsec); res.Reason != cloud.ReasonConflict || !strings.Contains(res.Message, nsA+"/aa-younger") {
+		t.Errorf("WireGuard gateway beside the remaining IPsec gateway: %+v", res)
 	}
 	if err := p.Delete(context.Background(), younger); err != nil {
 		t.Fatal(err)
