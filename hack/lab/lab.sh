@@ -60,10 +60,6 @@ spec:
   ports: [{name: http, port: 8081, targetPort: 8081}]
 YAML
 kubectl -n $NS rollout status deploy/backend --timeout=60s >&2
-# The exposures target the backend pod's address, not its Service: a hostNetwork gateway DNATs in
-# the node's own network namespace, where kube-proxy cannot translate a ClusterIP a second time
-# (kube-proxy then rejects the untranslated ClusterIP packet). See the report of issue 6.
-BACKEND_IP=$(kubectl -n $NS get pod -l app=backend -o jsonpath='{.items[0].status.podIP}')
 kubectl apply -f - >/dev/null <<YAML
 ---
 apiVersion: v1
@@ -84,10 +80,12 @@ spec:
   endpoint:
     hostNetwork: {nodeName: $NODE, address: $NODE_IP}
   exposures:
+  # Services, which the operator resolves: in the host network to a ready endpoint (kube-proxy
+  # cannot translate a ClusterIP in the node's own network namespace), in a pod to the ClusterIP
   - name: web
-    target: {address: $BACKEND_IP, ports: [{port: 8080}]}
+    target: {service: {name: web}, ports: [{port: 8080}]}
   - name: admin
-    target: {address: $BACKEND_IP, ports: [{port: 8081}]}
+    target: {service: {name: admin}, ports: [{port: 8081}]}
   ipsec:
     ike:
       version: 2

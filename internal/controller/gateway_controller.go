@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -45,6 +45,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch;create;update;patch;delete
@@ -87,6 +88,8 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		// Peers matter to the gateway through their spec (and existence), not their status.
 		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(gatewayOfPeer), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfService)).
+		// Host-network gateways send a Service's traffic to one of its endpoints.
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.hostNetworkGatewaysOfEndpointSlice)).
 		WatchesRawSource(source.Channel(a.wake, &handler.EnqueueRequestForObject{})).
 		// A host-network gateway that comes or goes changes who holds the node's tunnel ports.
 		Watches(&vpnv1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.sameNode), builder.WithPredicates(predicate.Funcs{
@@ -121,12 +124,29 @@ func (r *GatewayReconciler) sameNode(ctx context.Context, o client.Object) []rec
 }
 
 func (r *GatewayReconciler) gatewaysOfService(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.gatewaysNamingService(ctx, o.GetNamespace(), o.GetName(), false)
+}
+
+func (r *GatewayReconciler) hostNetworkGatewaysOfEndpointSlice(ctx context.Context, o client.Object) []reconcile.Request {
+	svc := o.GetLabels()[discoveryv1.LabelServiceName]
+	if svc == "" {
+		return nil
+	}
+	return r.gatewaysNamingService(ctx, o.GetNamespace(), svc, true)
+}
+
+// gatewaysNamingService are the gateways with an exposure of the Service (only host-network
+// ones, when hostNetworkOnly).
+func (r *GatewayReconciler) gatewaysNamingService(ctx context.Context, namespace, service string, hostNetworkOnly bool) []reconcile.Request {
 	var list vpnv1.VPNGatewayList
-	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexGatewayService: o.GetName()}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{IndexGatewayService: service}); err != nil {
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))
 	for _, gw := range list.Items {
+		if hostNetworkOnly && gw.Spec.Endpoint.HostNetwork == nil {
+			continue
+		}
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&gw)})
 	}
 	return reqs
@@ -255,7 +275,8 @@ func (r *GatewayReconciler) allocateServiceCIDR(s *gatewayScope, result *ctrl.Re
 
 // build resolves exposure target Services and runs the model.
 func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
-	services := map[string]netip.Addr{}
+	services := map[string]model.ServiceTarget{}
+	toEndpoint := s.gw.Spec.Endpoint.HostNetwork != nil
 	for _, e := range s.gw.Spec.Exposures {
 		if e.Target.Service == nil {
 			continue
@@ -267,8 +288,14 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 		} else if err != nil {
 			return fmt.Errorf("getting service %s: %w", e.Target.Service.Name, err)
 		}
-		addr, _ := netip.ParseAddr(svc.Spec.ClusterIP) // "None" or empty: the model reports it
-		services[svc.Name] = addr
+		var endpoints discoveryv1.EndpointSliceList
+		if toEndpoint {
+			if err := r.Client.List(ctx, &endpoints, client.InNamespace(svc.Namespace),
+				client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+				return fmt.Errorf("listing the endpoints of service %s: %w", svc.Name, err)
+			}
+		}
+		services[svc.Name] = serviceTarget(svc, endpoints.Items, toEndpoint)
 	}
 	s.built, s.buildErrs = model.Build(model.Input{
 		Gateway:       s.gw,

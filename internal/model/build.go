@@ -21,9 +21,9 @@ type Input struct {
 	Config Config
 	// ServiceCIDR is the gateway's service CIDR as assigned by the allocator.
 	ServiceCIDR netip.Prefix
-	// Services maps the exposure target Services' names to their ClusterIPs; a name missing
-	// here is an error (TargetServiceNotFound), an invalid address TargetServiceHasNoClusterIP.
-	Services map[string]netip.Addr
+	// Services maps the exposure target Services' names to where their traffic goes; a name
+	// missing here is an error (TargetServiceNotFound).
+	Services map[string]ServiceTarget
 	// PublicAddress from the endpoint, empty until known.
 	PublicAddress string
 }
@@ -360,7 +360,7 @@ func secretRef(field string, r vpnv1.SecretKeyRef, errs *errList) SecretKeyRef {
 
 // buildExposures validates exposures and reverse exposures (everything but virtual IPs).
 // It reports whether their names are usable as keys (non-empty and distinct across both lists).
-func buildExposures(gw *vpnv1.VPNGateway, services map[string]netip.Addr, out *Gateway, errs *errList) bool {
+func buildExposures(gw *vpnv1.VPNGateway, services map[string]ServiceTarget, out *Gateway, errs *errList) bool {
 	namesOK := true
 	seen := make(map[string]string) // name -> field of its first use
 	checkName := func(field, name string) {
@@ -382,6 +382,7 @@ func buildExposures(gw *vpnv1.VPNGateway, services map[string]netip.Addr, out *G
 		checkName(f+".name", e.Name)
 		x := Exposure{Name: e.Name}
 		t := e.Target
+		var serviceTarget *ServiceTarget
 		switch {
 		case t.Address != "" && t.Service != nil:
 			errs.add(ReasonInvalidSpec, f+".target", "exactly one of address or service must be set, not both")
@@ -394,19 +395,26 @@ func buildExposures(gw *vpnv1.VPNGateway, services map[string]netip.Addr, out *G
 				errs.add(ReasonInvalidSpec, field, "service name is empty")
 				break
 			}
-			a, found := services[t.Service.Name]
+			st, found := services[t.Service.Name]
+			a := st.Address
 			switch {
 			case !found:
 				errs.add(ReasonTargetServiceNotFound, field, "service %q not found in namespace %q", t.Service.Name, gw.Namespace)
+			case st.Endpoint && (!a.IsValid() || !a.Is4() || a.IsUnspecified()):
+				errs.add(ReasonTargetServiceNoEndpoints, field, "service %q has no ready IPv4 endpoint (a host-network gateway sends to an endpoint: kube-proxy cannot translate a ClusterIP in the node's own network namespace)", t.Service.Name)
 			case !a.IsValid() || !a.Is4() || a.IsUnspecified():
 				errs.add(ReasonTargetServiceNoAddress, field, "service %q has no IPv4 ClusterIP", t.Service.Name)
 			default:
 				x.Target = a
+				serviceTarget = &st
 			}
 		default:
 			errs.add(ReasonInvalidSpec, f+".target", "exactly one of address or service must be set")
 		}
 		x.Ports = buildPorts(f+".target.ports", t.Ports, errs)
+		if serviceTarget != nil {
+			mapServicePorts(f+".target.ports", t.Service.Name, x.Ports, *serviceTarget, errs)
+		}
 		out.Exposures = append(out.Exposures, x)
 	}
 
@@ -436,6 +444,20 @@ func parseTarget(field, s string, errs *errList) netip.Addr {
 		return netip.Addr{}
 	}
 	return a
+}
+
+// mapServicePorts checks that the Service serves every target port and, when the traffic goes
+// to an endpoint, replaces each target port with the endpoint's.
+func mapServicePorts(field, service string, ports []Port, st ServiceTarget, errs *errList) {
+	for j := range ports {
+		sp := ServicePort{Protocol: ports[j].Protocol, Port: ports[j].TargetPort}
+		to, ok := st.Ports[sp]
+		if !ok {
+			errs.add(ReasonTargetServicePortNotFound, fmt.Sprintf("%s[%d]", field, j), "service %q has no port %s/%d", service, sp.Protocol, sp.Port)
+			continue
+		}
+		ports[j].TargetPort = to
+	}
 }
 
 func buildPorts(field string, ps []vpnv1.PortSpec, errs *errList) []Port {

@@ -98,6 +98,26 @@ func TestBuildIPsec(t *testing.T) {
 	checkNoPartialGrants(t, in, gw)
 }
 
+// A host-network gateway's Service target: traffic goes to the endpoint the caller chose, on
+// the endpoint's port for each Service port.
+func TestBuildServiceEndpointTarget(t *testing.T) {
+	in := testInput(ipsecPeer("a", []string{"10.20.0.0/16"}))
+	in.Services["metrics"] = ServiceTarget{
+		Address:  netip.MustParseAddr("100.96.0.7"),
+		Endpoint: true,
+		Ports:    map[ServicePort]uint16{{"udp", 19090}: 9100, {"tcp", 19090}: 9999},
+	}
+	gw, errs := Build(in)
+	if errs != nil {
+		t.Fatalf("Build: %v", errs)
+	}
+	x := gw.Exposures[1]
+	want := []Port{{Protocol: "udp", Port: 9090, TargetPort: 9100}}
+	if x.TargetService != "metrics" || x.Target != netip.MustParseAddr("100.96.0.7") || !reflect.DeepEqual(x.Ports, want) {
+		t.Errorf("exposure %+v, want target 100.96.0.7 and ports %+v", x, want)
+	}
+}
+
 func TestBuildIPsecSettings(t *testing.T) {
 	in := testInput(ipsecPeer("a", []string{"10.20.0.0/16"}, func(p *vpnv1.VPNPeer) {
 		p.Spec.IPsec.Peer.ID = "acme-hq.example.com"
@@ -299,10 +319,15 @@ func TestBuildErrors(t *testing.T) {
 			{ReasonInvalidSpec, "spec.wireguard.privateKeySecretRef.name"}, {ReasonInvalidSpec, "spec.wireguard.privateKeySecretRef.key"}}},
 		{"target service not found", func(in *Input) { delete(in.Services, "metrics") },
 			[]wantErr{{ReasonTargetServiceNotFound, "spec.exposures[1].target.service.name"}}},
-		{"target service without address", func(in *Input) { in.Services["metrics"] = netip.Addr{} },
+		{"target service without address", func(in *Input) { in.Services["metrics"] = ServiceTarget{} },
 			[]wantErr{{ReasonTargetServiceNoAddress, "spec.exposures[1].target.service.name"}}},
-		{"target service with unspecified address", func(in *Input) { in.Services["metrics"] = netip.IPv4Unspecified() },
+		{"target service with unspecified address", func(in *Input) { in.Services["metrics"] = ServiceTarget{Address: netip.IPv4Unspecified()} },
 			[]wantErr{{ReasonTargetServiceNoAddress, "spec.exposures[1].target.service.name"}}},
+		{"target service without a ready endpoint (host network)", func(in *Input) { in.Services["metrics"] = ServiceTarget{Endpoint: true} },
+			[]wantErr{{ReasonTargetServiceNoEndpoints, "spec.exposures[1].target.service.name"}}},
+		{"target service without the target port", func(in *Input) {
+			in.Services["metrics"] = ServiceTarget{Address: netip.MustParseAddr("10.96.0.20"), Ports: map[ServicePort]uint16{{"tcp", 19090}: 19090}}
+		}, []wantErr{{ReasonTargetServicePortNotFound, "spec.exposures[1].target.ports[0]"}}},
 		{"unparsable exposure target", func(in *Input) { in.Gateway.Spec.Exposures[0].Target.Address = "100.70.7" },
 			[]wantErr{{ReasonInvalidSpec, "spec.exposures[0].target.address"}}},
 		{"exposure target both address and service", func(in *Input) { in.Gateway.Spec.Exposures[1].Target.Address = "10.1.1.1" },

@@ -93,7 +93,10 @@ func testInput(peers ...vpnv1.VPNPeer) Input {
 		Peers:       peers,
 		Config:      Config{PoolCIDR: DefaultPoolCIDR, InternalSourceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}},
 		ServiceCIDR: netip.MustParsePrefix("100.64.3.0/24"),
-		Services:    map[string]netip.Addr{"metrics": netip.MustParseAddr("10.96.0.20")},
+		Services: map[string]ServiceTarget{"metrics": {
+			Address: netip.MustParseAddr("10.96.0.20"),
+			Ports:   map[ServicePort]uint16{{"udp", 19090}: 19090, {"tcp", 80}: 80},
+		}},
 	}
 }
 

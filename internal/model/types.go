@@ -113,12 +113,33 @@ const ReverseGatewayPortBase = 20000
 type Exposure struct {
 	Name      string     `json:"name"`
 	VirtualIP netip.Addr `json:"virtualIP"`
-	// Target is the resolved address (a Service's ClusterIP when TargetService is set).
+	// Target is the resolved address (a Service's ClusterIP, or one of its endpoints for a
+	// host-network gateway, when TargetService is set); Ports' TargetPort is the port there.
 	Target        netip.Addr `json:"target"`
 	TargetService string     `json:"targetService,omitempty"`
 	Ports         []Port     `json:"ports"`
 	// GrantedTo are the peers (by name, sorted) allowed to reach it.
 	GrantedTo []string `json:"grantedTo,omitempty"`
+}
+
+// ServiceTarget is where the traffic of an exposure whose target is a Service goes, as the
+// caller resolved it.
+type ServiceTarget struct {
+	// Address is the Service's ClusterIP; or, when Endpoint is set, one ready endpoint of it:
+	// a host-network gateway DNATs in the node's own network namespace, where kube-proxy cannot
+	// translate a ClusterIP a second time.
+	Address  netip.Addr
+	Endpoint bool
+	// Ports maps each port of the Service to the port on Address: itself for the ClusterIP,
+	// the endpoint's (target) port for an endpoint. An exposure port naming a Service port
+	// missing here is an error (TargetServicePortNotFound).
+	Ports map[ServicePort]uint16
+}
+
+// ServicePort is one port of a Service ("tcp" or "udp").
+type ServicePort struct {
+	Protocol string
+	Port     uint16
 }
 
 // ReverseExposure: internal sources reach Target (inside Grantee's subnets), source-NATed to VirtualIP.
@@ -250,4 +271,9 @@ const (
 	ReasonServiceCIDRExhausted   = "ServiceCIDRExhausted"
 	ReasonTargetServiceNotFound  = "TargetServiceNotFound"
 	ReasonTargetServiceNoAddress = "TargetServiceHasNoClusterIP"
+	// ReasonTargetServiceNoEndpoints: a host-network gateway's target Service has no ready
+	// endpoint to send to.
+	ReasonTargetServiceNoEndpoints = "TargetServiceHasNoEndpoints"
+	// ReasonTargetServicePortNotFound: an exposure's target port is not a port of the Service.
+	ReasonTargetServicePortNotFound = "TargetServicePortNotFound"
 )

@@ -7,6 +7,7 @@
 #   3. the exposure is reachable from the granted peer and not from the other, whose drop
 #      counter rises; the WireGuard peer reaches its gateway's exposure of a Service, and its
 #      status shows the handshake and the bytes;
+#   3b. the backend Deployment replaced: the host-network gateway follows the Service's endpoints;
 #   4. a peer added live comes up and reaches its grant, other peers' tunnels undisturbed;
 #   5. deleting a gateway pod brings a new one and the tunnel back (time printed), for both;
 #   6. restarting the operator re-creates nothing (gateway Deployment generation, pod, ConfigMap);
@@ -54,6 +55,15 @@ if curl_from roam 4 3 "http://$VIP_WG_WEB:8080/"; then pass "roam reaches web ov
 if wait_for check 30 sh -c "kubectl -n $NS get vpnpeer roam -o jsonpath='{.status.tunnel.lastHandshake} {.status.tunnel.bytesIn}' | grep -q '^[^ ]\+ [1-9]'"; then
   pass "roam's status: $(kubectl -n $NS get vpnpeer roam -o jsonpath='last handshake {.status.tunnel.lastHandshake}, {.status.tunnel.bytesIn} bytes in')"
 else fail "roam's status has no handshake or bytes: $(kubectl -n $NS get vpnpeer roam -o jsonpath='{.status.tunnel}')"; fi
+
+echo "=== RUN 3b backend replaced: the host-network gateway follows the Service's endpoints"
+old_backend=$(kubectl -n $NS get pod -l app=backend -o jsonpath='{.items[0].status.podIP}')
+kubectl -n $NS rollout restart deploy/backend >/dev/null
+kubectl -n $NS rollout status deploy/backend --timeout=60s >/dev/null
+kubectl -n $NS wait --for=delete pod -l app=backend --field-selector=status.podIP=$old_backend --timeout=60s >/dev/null 2>&1
+t=$SECONDS
+if wait_for check 60 curl_from hq 1 2 "http://$VIP_WEB:8080/"; then pass "hq reaches web on the new backend $(kubectl -n $NS get pod -l app=backend -o jsonpath='{.items[0].status.podIP}') (was $old_backend) $((SECONDS - t))s after the rollout"
+else fail "hq cannot reach web after the backend was replaced"; fi
 
 echo "=== RUN 4 peer added live"
 hq_sa_before=$(STRONGSWAN_CONF="$S/sites/hq/strongswan.conf" swanctl --list-sas 2>/dev/null | grep -o 'acme: #[0-9]*' | head -1)
@@ -110,7 +120,7 @@ synced() {
   gws=$(echo "$m" | awk '/^controller_runtime_reconcile_total\{controller="vpngateway",result="success"\}/ {print $2}')
   peers=$(echo "$m" | awk '/^controller_runtime_reconcile_total\{controller="vpnpeer",result="success"\}/ {print $2}')
   [ "${gws:-0}" -ge 2 ] && [ "${peers:-0}" -ge 4 ] &&
-    echo "$m" | grep -Eq '^workqueue_depth\{controller="vpngateway",name="vpngateway"(,priority="[0-9]+")?\} 0$'
+    echo "$m" | grep -Eq '^workqueue_depth\{controller="vpngateway",name="vpngateway"(,priority="-?[0-9]+")?\} 0$'
 }
 wait_for "the new operator's initial sync" 90 synced || fail "the new operator ($opip) did not report its initial sync"
 gen2=$(kubectl -n $NS get deploy acme-gw-gateway -o jsonpath='{.metadata.generation}')
