@@ -20,7 +20,7 @@ fails=0
 pass() { echo "--- PASS: $*"; }
 fail() { echo "--- FAIL: $*"; fails=$((fails + 1)); }
 curl_from() { ip netns exec "lab-site-$1" curl -sS --max-time "${3:-2}" --interface "$(site_host "$2")" "$4"; }
-counter() { nft -j list counter ip bnerd_vpn "$1" | python3 -c 'import json,sys; print([o["counter"]["packets"] for o in json.load(sys.stdin)["nftables"] if "counter" in o][0])'; }
+counter() { nft list counter ip bnerd_vpn "$1" | awk '/packets/ {for (i = 1; i < NF; i++) if ($i == "packets") print $(i + 1)}'; }
 gwpod() { kubectl -n $NS get pod -l "vpn.bnerd.net/gateway=${1:-acme-gw}" -o jsonpath='{.items[0].metadata.name}'; }
 
 echo "=== RUN lab"
