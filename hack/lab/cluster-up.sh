@@ -9,7 +9,7 @@ source "$(dirname "$0")/common.sh"
 t0=$(date +%s.%N)
 
 # --- packages -----------------------------------------------------------------------------------
-pkgs=(etcd-server containerd runc containernetworking-plugins conntrack iptables nftables openssl iproute2 wireguard-tools bc curl)
+pkgs=(etcd-server containerd runc containernetworking-plugins conntrack iptables nftables openssl iproute2 wireguard-tools bc curl procps)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
