@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,8 +33,10 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/metrics"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/source"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/status"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
 
 func main() {
@@ -64,13 +67,23 @@ func initCommand() *cobra.Command {
 	var configDir string
 	cmd := &cobra.Command{
 		Use:   "init",
-		Short: "Install the rendered nftables ruleset and enable forwarding, then exit (fail closed)",
+		Short: "Install the rendered nftables ruleset (and the startup gate) and enable forwarding, then exit (fail closed)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ruleset, err := os.ReadFile(filepath.Join(configDir, render.KeyRuleset))
 			if err != nil {
 				return fmt.Errorf("no ruleset: %w", err)
 			}
-			if err := (&firewall.Firewall{}).Apply(cmd.Context(), string(ruleset)); err != nil {
+			raw, err := os.ReadFile(filepath.Join(configDir, render.KeyModel))
+			if err != nil {
+				return fmt.Errorf("no model: %w", err)
+			}
+			var gw model.Gateway
+			if err := json.Unmarshal(raw, &gw); err != nil {
+				return fmt.Errorf("decoding %s: %w", render.KeyModel, err)
+			}
+			// One transaction: the ruleset and the startup gate that keeps IKE out until the
+			// agent has loaded the peers (it opens the gate then).
+			if err := (&firewall.Firewall{}).Apply(cmd.Context(), string(ruleset)+nft.StartupGate(&gw)); err != nil {
 				return err
 			}
 			return enableForwarding()

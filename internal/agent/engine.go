@@ -17,6 +17,8 @@ import (
 type Firewall interface {
 	Apply(ctx context.Context, ruleset string) error
 	Counters(ctx context.Context) (map[string]nft.CounterValue, error)
+	// OpenStartupGate removes the startup gate the init step installed (nft.StartupGate).
+	OpenStartupGate(ctx context.Context) error
 }
 
 // Reporter publishes peers' tunnel state (the VPNPeer status writer, in a cluster).
@@ -45,8 +47,9 @@ type Snapshot struct {
 }
 
 // Engine converges the dataplane to each Update — ruleset first, so no tunnel carries traffic
-// the ruleset has not been told about (fail closed) — and refreshes the peers' state when the
-// driver signals a change and periodically.
+// the ruleset has not been told about (fail closed), then the driver, then (once) the startup
+// gate opens, so no client meets a dataplane without its peers — and refreshes the peers'
+// state when the driver signals a change and periodically.
 type Engine struct {
 	Driver   Driver
 	Firewall Firewall
@@ -58,10 +61,11 @@ type Engine struct {
 	// SkipLocalAddress leaves the gateway's service-CIDR address alone (unit tests).
 	SkipLocalAddress bool
 
-	mu      sync.Mutex
-	bundle  *render.Bundle
-	last    Snapshot
-	applied chan struct{}
+	mu         sync.Mutex
+	bundle     *render.Bundle
+	last       Snapshot
+	applied    chan struct{}
+	gateOpened bool
 }
 
 // Apply converges to one update.
@@ -79,6 +83,13 @@ func (e *Engine) Apply(ctx context.Context, u Update) error {
 	}
 	if err := e.Driver.Apply(ctx, u.Bundle, u.Secrets); err != nil {
 		return fmt.Errorf("%s dataplane: %w", u.Bundle.Model.Protocol, err)
+	}
+	// The peers are loaded: the tunnel ports the init step closed may open.
+	if !e.gateOpened {
+		if err := e.Firewall.OpenStartupGate(ctx); err != nil {
+			return err
+		}
+		e.gateOpened = true
 	}
 	e.mu.Lock()
 	e.bundle = u.Bundle

@@ -16,9 +16,10 @@ import (
 // Fakes for the engine's logic only; the real drivers and firewall have their own tests
 // against charon, WireGuard and nftables.
 type fakeFirewall struct {
-	err      error
-	applied  []string
-	counters map[string]nft.CounterValue
+	err       error
+	applied   []string
+	counters  map[string]nft.CounterValue
+	gateOpens int
 }
 
 func (f *fakeFirewall) Apply(_ context.Context, r string) error {
@@ -28,6 +29,12 @@ func (f *fakeFirewall) Apply(_ context.Context, r string) error {
 	f.applied = append(f.applied, r)
 	return nil
 }
+
+func (f *fakeFirewall) OpenStartupGate(context.Context) error {
+	f.gateOpens++
+	return nil
+}
+
 func (f *fakeFirewall) Counters(context.Context) (map[string]nft.CounterValue, error) {
 	return f.counters, nil
 }
@@ -78,6 +85,41 @@ func TestEngineFailsClosed(t *testing.T) {
 
 // A snapshot joins the driver's tunnel state, the model's authorization and the ruleset's
 // per-peer drop counters; a peer the driver does not know is reported down.
+// The startup gate opens once, after the driver has loaded the peers; never before, never when
+// the driver failed.
+func TestEngineOpensStartupGateAfterDriver(t *testing.T) {
+	fw := &fakeFirewall{}
+	d := &failingDriver{err: errors.New("charon is not up")}
+	e := &Engine{Driver: d, Firewall: fw, Log: logr.Discard(), SkipLocalAddress: true}
+	if err := e.Apply(context.Background(), Update{Bundle: bundle()}); err == nil {
+		t.Fatal("Apply succeeded although the driver failed")
+	}
+	if fw.gateOpens != 0 {
+		t.Fatalf("gate opened %d times before the driver loaded the peers", fw.gateOpens)
+	}
+	d.err = nil
+	for i := 0; i < 3; i++ {
+		if err := e.Apply(context.Background(), Update{Bundle: bundle()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fw.gateOpens != 1 {
+		t.Errorf("gate opened %d times, want once", fw.gateOpens)
+	}
+}
+
+type failingDriver struct {
+	fakeDriver
+	err error
+}
+
+func (d *failingDriver) Apply(ctx context.Context, b *render.Bundle, s Secrets) error {
+	if d.err != nil {
+		return d.err
+	}
+	return d.fakeDriver.Apply(ctx, b, s)
+}
+
 func TestEngineSnapshot(t *testing.T) {
 	a := nft.PeerCounters("a")
 	b := nft.PeerCounters("b")

@@ -44,15 +44,28 @@ func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 	if f.applied != "" {
 		before, _ = f.read(ctx)
 	}
-	cmd := exec.CommandContext(ctx, f.nft(), "-f", "-")
-	cmd.Stdin = strings.NewReader(ruleset)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("applying nftables ruleset: %w: %s", err, strings.TrimSpace(stderr.String()))
+	if err := f.load(ctx, ruleset); err != nil {
+		return fmt.Errorf("applying nftables ruleset: %w", err)
 	}
 	f.carry(before)
 	f.applied = ruleset
+	return nil
+}
+
+// OpenStartupGate removes the startup gate (nft.StartupGate); nothing happens without one.
+func (f *Firewall) OpenStartupGate(ctx context.Context) error {
+	return f.load(ctx, nft.OpenStartupGate)
+}
+
+// load runs one nft transaction.
+func (f *Firewall) load(ctx context.Context, text string) error {
+	cmd := exec.CommandContext(ctx, f.nft(), "-f", "-")
+	cmd.Stdin = strings.NewReader(text)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("nft -f: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
 	return nil
 }
 
