@@ -64,6 +64,7 @@ done
 # policy routing (table 220, kernel-libipsec routes) are the host's
 if [ -f "$S/lab-gateway" ]; then
   nft delete table ip bnerd_vpn 2>/dev/null
+  nft delete table ip bnerd_vpn_gate 2>/dev/null   # the startup gate, if the agent never opened it
   grep -q '^220$' "$S/rule220-before" 2>/dev/null || while ip rule del table 220 2>/dev/null; do :; done
   ip route flush table 220 2>/dev/null
 fi

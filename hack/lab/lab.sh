@@ -147,8 +147,8 @@ VIP_WEB=$(kubectl -n $NS get vpngw acme-gw -o jsonpath='{.status.exposures[?(@.n
 VIP_ADMIN=$(kubectl -n $NS get vpngw acme-gw -o jsonpath='{.status.exposures[?(@.name=="admin")].virtualIP}')
 log "service CIDR $CIDR, web $VIP_WEB:8080, admin $VIP_ADMIN:8081"
 
-# the client's device initiates at once: let the gateway's charon have its peers loaded first
-# (a device that meets an unconfigured gateway gets NO_PROPOSAL_CHOSEN and stops trying)
+# the client's devices initiate at once; until the agent has loaded the peers, the gateway's
+# startup gate drops their IKE and they retransmit
 wait_for "the gateway pod" 90 kubectl -n $NS wait --for=condition=GatewayAvailable vpngw/acme-gw --timeout=1s
 log "client sites: hq (granted: web), branch (granted: web, admin)"
 "$root/hack/lab/site.sh" hq 1 hq.acme.example "$PSK_HQ" "$CIDR"
