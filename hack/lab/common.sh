@@ -5,6 +5,7 @@ version=$(awk '/^require k8s.io\/kubernetes/ {print $3}' "$root/hack/tools/kube/
 K="$root/bin/k8s/$version"                  # kube binaries (combined "kube" + symlinks)
 export PATH="$K:$PATH"                      # kubectl among them (also for `sh -c "kubectl ..."`)
 NODE=lab-node
+LAB_NS=lab-acme                             # the sample client's namespace
 # Every address the lab uses is its own, in documentation or CGNAT ranges: the node's address is
 # put on lo by cluster-up.sh, the sites' links are 198.51.100.<4i>/30, their LANs 203.0.113.<16i>/28.
 NODE_IP=${LAB_NODE_IP:-192.0.2.1}
@@ -78,4 +79,28 @@ lab_load_balancer() {
   wait_for "Service $1/$2" 60 kubectl -n "$1" get svc "$2"
   kubectl -n "$1" patch svc "$2" --subresource=status --type=merge \
     -p "{\"status\":{\"loadBalancer\":{\"ingress\":[{\"ip\":\"$LB_IP\"}]}}}" >/dev/null
+}
+# lab_ipsec_peer <name> <index> <psk> <exposures>: the PSK Secret and VPNPeer (of the gateway
+# acme-gw in $LAB_NS) for the IPsec site <name>, its device's address and LAN from its index, as
+# YAML for kubectl apply.
+lab_ipsec_peer() {
+  cat <<YAML
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: $1-psk, namespace: $LAB_NS}
+stringData: {psk: "$3"}
+---
+apiVersion: vpn.bnerd.net/v1alpha1
+kind: VPNPeer
+metadata: {name: $1, namespace: $LAB_NS}
+spec:
+  gatewayRef: acme-gw
+  ipsec:
+    peer: {address: $(site_link_site "$2"), id: $1.acme.example}
+    remoteSubnets: [$(site_lan "$2")]
+    esp: {proposals: [aes256gcm16-ecp256]}
+    pskSecretRef: {name: $1-psk, key: psk}
+  authorization: {exposures: [$4]}
+YAML
 }

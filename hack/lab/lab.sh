@@ -11,7 +11,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 t0=${LAB_T0:-$(date +%s.%N)}
 elapsed() { echo "$(date +%s.%N) - $t0" | bc | xargs printf '%.1f'; }
-NS=lab-acme
+NS=$LAB_NS
 PSK_HQ=lab-hq-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 PSK_BR=lab-br-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 ROAM_PUB=$(site_wireguard_key roam)   # the WireGuard site's key pair; the private key stays there
@@ -60,17 +60,7 @@ spec:
   ports: [{name: http, port: 8081, targetPort: 8081}]
 YAML
 kubectl -n $NS rollout status deploy/backend --timeout=60s >&2
-kubectl apply -f - >/dev/null <<YAML
----
-apiVersion: v1
-kind: Secret
-metadata: {name: hq-psk, namespace: $NS}
-stringData: {psk: "$PSK_HQ"}
----
-apiVersion: v1
-kind: Secret
-metadata: {name: branch-psk, namespace: $NS}
-stringData: {psk: "$PSK_BR"}
+{ lab_ipsec_peer hq 1 "$PSK_HQ" web; lab_ipsec_peer branch 2 "$PSK_BR" "web, admin"; cat <<YAML
 ---
 apiVersion: vpn.bnerd.net/v1alpha1
 kind: VPNGateway
@@ -91,30 +81,6 @@ spec:
       version: 2
       proposals: [aes256gcm16-prfsha256-ecp256]
       dpd: {delay: 5s, action: restart}
----
-apiVersion: vpn.bnerd.net/v1alpha1
-kind: VPNPeer
-metadata: {name: hq, namespace: $NS}
-spec:
-  gatewayRef: acme-gw
-  ipsec:
-    peer: {address: 198.51.100.6, id: hq.acme.example}
-    remoteSubnets: [203.0.113.16/28]
-    esp: {proposals: [aes256gcm16-ecp256]}
-    pskSecretRef: {name: hq-psk, key: psk}
-  authorization: {exposures: [web]}
----
-apiVersion: vpn.bnerd.net/v1alpha1
-kind: VPNPeer
-metadata: {name: branch, namespace: $NS}
-spec:
-  gatewayRef: acme-gw
-  ipsec:
-    peer: {address: 198.51.100.10, id: branch.acme.example}
-    remoteSubnets: [203.0.113.32/28]
-    esp: {proposals: [aes256gcm16-ecp256]}
-    pskSecretRef: {name: branch-psk, key: psk}
-  authorization: {exposures: [web, admin]}
 ---
 # WireGuard, in the pod network, published by a load balancer (the lab plays it: see LB_CLASS);
 # the exposure names the backend's Service, which the operator resolves.
@@ -137,8 +103,9 @@ spec:
   gatewayRef: acme-wg
   wireguard:
     publicKey: $ROAM_PUB
-    subnets: [203.0.113.64/28]
+    subnets: [$(site_lan 4)]
 YAML
+} | kubectl apply -f - >/dev/null
 
 wait_for "the gateway's service CIDR" 60 sh -c "kubectl -n $NS get vpngw acme-gw -o jsonpath='{.status.serviceCIDR}' | grep -q ."
 CIDR=$(kubectl -n $NS get vpngw acme-gw -o jsonpath='{.status.serviceCIDR}')

@@ -15,7 +15,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/hack/lab/common.sh"
-NS=lab-acme
+NS=$LAB_NS
 fails=0
 pass() { echo "--- PASS: $*"; }
 fail() { echo "--- FAIL: $*"; fails=$((fails + 1)); }
@@ -69,24 +69,7 @@ echo "=== RUN 4 peer added live"
 hq_sa_before=$(STRONGSWAN_CONF="$S/sites/hq/strongswan.conf" swanctl --list-sas 2>/dev/null | grep -o 'acme: #[0-9]*' | head -1)
 t=$SECONDS
 PSK=lab-new-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
-kubectl apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Secret
-metadata: {name: newsite-psk, namespace: $NS}
-stringData: {psk: "$PSK"}
----
-apiVersion: vpn.bnerd.net/v1alpha1
-kind: VPNPeer
-metadata: {name: newsite, namespace: $NS}
-spec:
-  gatewayRef: acme-gw
-  ipsec:
-    peer: {address: 198.51.100.14, id: newsite.acme.example}
-    remoteSubnets: [203.0.113.48/28]
-    esp: {proposals: [aes256gcm16-ecp256]}
-    pskSecretRef: {name: newsite-psk, key: psk}
-  authorization: {exposures: [web]}
-YAML
+lab_ipsec_peer newsite 3 "$PSK" web | kubectl apply -f - >/dev/null
 "$root/hack/lab/site.sh" newsite 3 newsite.acme.example "$PSK" "$CIDR"
 newsite_live() { site_ensure newsite; curl_from newsite 3 2 "http://$VIP_WEB:8080/"; }
 if wait_for check 90 newsite_live; then pass "new peer reaches web after $((SECONDS - t))s"; else fail "new peer has no tunnel"; fi
