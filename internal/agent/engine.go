@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
@@ -19,6 +20,8 @@ type Firewall interface {
 	Counters(ctx context.Context) (map[string]nft.CounterValue, error)
 	// OpenStartupGate removes the startup gate the init step installed (nft.StartupGate).
 	OpenStartupGate(ctx context.Context) error
+	// CutRevokedFlows ends the translated connections the model no longer grants.
+	CutRevokedFlows(ctx context.Context, m *model.Gateway) (int, error)
 }
 
 // Reporter publishes peers' tunnel state (the VPNPeer status writer, in a cluster).
@@ -75,6 +78,12 @@ func (e *Engine) Apply(ctx context.Context, u Update) error {
 	}
 	if err := e.Firewall.Apply(ctx, u.Bundle.Ruleset); err != nil {
 		return err // the previous ruleset and tunnels stay as they are
+	}
+	// New connections now meet the new grants; established ones a grant no longer covers end.
+	if n, err := e.Firewall.CutRevokedFlows(ctx, u.Bundle.Model); err != nil {
+		e.Log.Error(err, "revoked grants: established connections could not be cut; new ones are refused")
+	} else if n > 0 {
+		e.Log.Info("cut connections whose grant was revoked", "connections", n)
 	}
 	if !e.SkipLocalAddress {
 		if err := ensureLocalAddress(u.Bundle.Model); err != nil {

@@ -20,6 +20,7 @@ type fakeFirewall struct {
 	applied   []string
 	counters  map[string]nft.CounterValue
 	gateOpens int
+	cuts      int
 }
 
 func (f *fakeFirewall) Apply(_ context.Context, r string) error {
@@ -28,6 +29,11 @@ func (f *fakeFirewall) Apply(_ context.Context, r string) error {
 	}
 	f.applied = append(f.applied, r)
 	return nil
+}
+
+func (f *fakeFirewall) CutRevokedFlows(context.Context, *model.Gateway) (int, error) {
+	f.cuts++
+	return 0, nil
 }
 
 func (f *fakeFirewall) OpenStartupGate(context.Context) error {

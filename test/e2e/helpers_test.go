@@ -459,6 +459,13 @@ func (s *tcpStream) receive() {
 	}
 }
 
+// echoes is how many lines have come back so far.
+func (s *tcpStream) echoes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.echoed
+}
+
 func (s *tcpStream) halt() {
 	select {
 	case <-s.stop:
