@@ -31,7 +31,7 @@ nft list tables >"$S/nft-tables-before"   # kubelet adds iptables-nft tables (KU
 ip rule list | grep -q 'lookup 220' && echo 220 >"$S/rule220-before"   # strongSwan's routing table
 
 # paths some components hard-code: remember which ones we create so teardown removes only those
-for p in /run/containerd /var/lib/cni /var/lib/kubelet /var/log/containers /var/log/pods /opt/cni /etc/cni; do
+for p in /run/containerd /var/lib/cni /var/lib/kubelet /var/log/containers /var/log/pods /opt/cni /etc/cni /run/wireguard; do
   [ -e "$p" ] || echo "$p" >>"$S/created"
 done
 
