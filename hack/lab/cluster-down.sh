@@ -65,6 +65,7 @@ done
 if [ -f "$S/lab-gateway" ]; then
   nft delete table ip bnerd_vpn 2>/dev/null
   nft delete table ip bnerd_vpn_gate 2>/dev/null   # the startup gate, if the agent never opened it
+  ip addr flush dev lo label lo:bnerd-vpn 2>/dev/null   # the gateway's service-CIDR address
   grep -q '^220$' "$S/rule220-before" 2>/dev/null || while ip rule del table 220 2>/dev/null; do :; done
   ip route flush table 220 2>/dev/null
 fi

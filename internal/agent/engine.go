@@ -86,7 +86,7 @@ func (e *Engine) Apply(ctx context.Context, u Update) error {
 		e.Log.Info("cut connections whose grant was revoked", "connections", n)
 	}
 	if !e.SkipLocalAddress {
-		if err := ensureLocalAddress(u.Bundle.Model); err != nil {
+		if err := ensureLocalAddress(nil, u.Bundle.Model); err != nil {
 			return err
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -36,6 +37,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/status"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
+	agentwg "github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
@@ -846,8 +848,15 @@ func (l *lab) startAgent() *netns.Process {
 		// with another name leaves the ruleset matching nothing). Its UAPI socket is
 		// machine-wide, as in the other tests: one WireGuard gateway at a time.
 		args = append(args, "--wireguard-mode", "userspace")
+		removeUAPISocketAtCleanup(l.tb)
 	}
 	return l.gw.Start(args...)
+}
+
+// removeUAPISocketAtCleanup removes the userspace wg0's UAPI socket, which a killed agent
+// leaves behind. Registered before the agent's process: runs after it is killed.
+func removeUAPISocketAtCleanup(tb testing.TB) {
+	tb.Cleanup(func() { _ = os.Remove(filepath.Join(agentwg.UAPIDir, "wg0.sock")) })
 }
 
 // agentGet does an HTTP GET on the agent's metrics listener (inside the gateway's namespace).

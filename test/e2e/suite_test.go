@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -212,6 +213,9 @@ func gatewayAgent(t *testing.T, ns *netns.NS, namespace, gateway string, extra .
 	kubeconfig := serviceAccountKubeconfig(t, namespace, children.Name(gateway), port)
 	args := append([]string{"env", "KUBECONFIG=" + kubeconfig, agentBin, "run",
 		"--gateway", gateway, "--namespace", namespace, "--metrics-addr", "127.0.0.1:9090", "--status-interval", "1s"}, extra...)
+	if slices.Contains(extra, "userspace") {
+		removeUAPISocketAtCleanup(t)
+	}
 	return ns.Start(args...)
 }
 
