@@ -11,7 +11,8 @@
 #   4. a peer added live comes up and reaches its grant, other peers' tunnels undisturbed;
 #   5. deleting a gateway pod brings a new one and the tunnel back (time printed), for both;
 #   6. restarting the operator re-creates nothing (gateway Deployment generation, pod, ConfigMap);
-#   7. `kubectl get vpngw,vpnpeer` is shown.
+#   7. the agents' logs show no failure to cut revoked connections (netlink conntrack in a pod);
+#   8. `kubectl get vpngw,vpnpeer` is shown.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/hack/lab/common.sh"
@@ -112,7 +113,15 @@ cm2=$(kubectl -n $NS get cm -l vpn.bnerd.net/gateway=acme-gw -o jsonpath='{range
 if [ "$gen" = "$gen2" ] && [ "$pod" = "$pod2" ] && [ "$cm" = "$cm2" ]; then pass "nothing re-created (Deployment generation $gen, pod $pod, ConfigMaps $cm)"
 else fail "operator restart changed things: generation $gen->$gen2 pod $pod->$pod2 configmaps '$cm'->'$cm2'"; fi
 
-echo "=== 7 status"
+echo "=== RUN 7 agent logs"
+for gw in acme-gw acme-wg; do
+  logs=$(kubectl -n $NS logs "$(gwpod $gw)" -c agent 2>&1)
+  # the conntrack cut runs after every ruleset apply: netlink conntrack must work in the pod
+  if echo "$logs" | grep -q "could not be cut"; then fail "$gw's agent cannot cut revoked connections: $(echo "$logs" | grep -m1 "could not be cut")"
+  else pass "$gw's agent applied its configuration ($(echo "$logs" | grep -c '"configuration applied"') times) and its conntrack cuts worked"; fi
+done
+
+echo "=== 8 status"
 kubectl -n $NS get vpngw,vpnpeer -o wide
 kubectl -n $NS get vpnpeer -o custom-columns='PEER:.metadata.name,CONNECTED:.status.conditions[?(@.type=="Connected")].status,AUTHORIZED:.status.conditions[?(@.type=="Authorized")].status,BYTES-IN:.status.tunnel.bytesIn,BYTES-OUT:.status.tunnel.bytesOut'
 
