@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests use (real nftables, network namespaces, traffic tools,
-# strongSwan, WireGuard tools) when any is missing. Needs root (CI and the lab run as root).
+# strongSwan) when any is missing, and promtool (hack/promtool.sh). Needs root (CI and the lab
+# run as root).
 set -euo pipefail
 packages=(nftables iproute2 iputils-ping socat iperf3 strongswan-swanctl charon-systemd libstrongswan-standard-plugins libstrongswan-extra-plugins libcharon-extra-plugins)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+"$(dirname "$0")/promtool.sh" >/dev/null
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "install-test-deps: need root to install: ${missing[*]}" >&2

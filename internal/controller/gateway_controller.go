@@ -159,6 +159,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if apierrors.IsNotFound(err) {
 			// Gone without our finalizer having run (e.g. finalizer removed by hand).
 			r.alloc.release(req.Namespace, req.Name)
+			forgetGateway(req.Namespace, req.Name)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -225,6 +226,7 @@ func (r *GatewayReconciler) finalize(ctx context.Context, gw *vpnv1.VPNGateway) 
 		return fmt.Errorf("deleting the public endpoint: %w", err)
 	}
 	r.alloc.release(gw.Namespace, gw.Name)
+	forgetGateway(gw.Namespace, gw.Name)
 	patch := client.MergeFrom(gw.DeepCopy())
 	controllerutil.RemoveFinalizer(gw, FinalizerAddresses)
 	if err := r.Client.Patch(ctx, gw, patch); err != nil {
@@ -379,6 +381,7 @@ func (r *GatewayReconciler) observeDeployment(ctx context.Context, s *gatewaySco
 func (r *GatewayReconciler) writeStatus(ctx context.Context, s *gatewayScope) error {
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	desired := computeGatewayStatus(s, now)
+	observeGateway(s.gw, &desired)
 	if equality.Semantic.DeepEqual(desired, s.gw.Status) {
 		return nil
 	}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -133,6 +134,9 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 		return nil, err
 	}
 	if err := controller.SetupIndexes(ctx, mgr); err != nil {
+		return nil, err
+	}
+	if err := controller.RegisterMetrics(ctrlmetrics.Registry); err != nil {
 		return nil, err
 	}
 	recorder := mgr.GetEventRecorder("bnerd-vpn-operator")

@@ -107,6 +107,8 @@ synced() {
     echo "$m" | grep -Eq '^workqueue_depth\{controller="vpngateway",name="vpngateway"(,priority="-?[0-9]+")?\} 0$'
 }
 wait_for "the new operator's initial sync" 90 synced || fail "the new operator ($opip) did not report its initial sync"
+ready=$(curl -sf --max-time 2 "http://$opip:8080/metrics" | grep '^bnerd_vpn_gateway_ready{' | grep "namespace=\"$NS\"")
+if [ "$(echo "$ready" | grep -c 'reason="Ready"} 1$')" = 2 ]; then pass "the operator exports both gateways Ready for alerting"; else fail "bnerd_vpn_gateway_ready: $ready"; fi
 gen2=$(kubectl -n $NS get deploy acme-gw-gateway -o jsonpath='{.metadata.generation}')
 pod2=$(gwpod)
 cm2=$(kubectl -n $NS get cm -l vpn.bnerd.net/gateway=acme-gw -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.resourceVersion} {end}')

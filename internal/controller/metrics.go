@@ -1,0 +1,47 @@
+package controller
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+)
+
+// gatewayReady is the operator's view of each gateway for alerting (config/prometheus): the
+// gateway agents export the peers' tunnels, the operator whether the gateway itself is Ready.
+var gatewayReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "bnerd_vpn_gateway_ready",
+	Help: "1 when the VPNGateway's Ready condition is True, else 0; reason is the condition's reason.",
+}, []string{"namespace", "gateway", "reason"})
+
+// RegisterMetrics adds the operator's own metrics to reg (controller-runtime's registry, served
+// on --metrics-bind-address). Registering them again is harmless.
+func RegisterMetrics(reg prometheus.Registerer) error {
+	if err := reg.Register(gatewayReady); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if !errors.As(err, &already) {
+			return err
+		}
+	}
+	return nil
+}
+
+// observeGateway records the gateway's Ready condition as computed for this pass.
+func observeGateway(gw *vpnv1.VPNGateway, st *vpnv1.VPNGatewayStatus) {
+	ready, reason := 0.0, "Unknown"
+	if c := findCondition(st.Conditions, vpnv1.ConditionReady); c != nil {
+		reason = c.Reason
+		if c.Status == metav1.ConditionTrue {
+			ready = 1
+		}
+	}
+	forgetGateway(gw.Namespace, gw.Name)
+	gatewayReady.WithLabelValues(gw.Namespace, gw.Name, reason).Set(ready)
+}
+
+// forgetGateway drops a deleted gateway's series.
+func forgetGateway(namespace, name string) {
+	gatewayReady.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "gateway": name})
+}
