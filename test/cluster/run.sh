@@ -12,7 +12,8 @@
 #   5. deleting a gateway pod brings a new one and the tunnel back (time printed), for both;
 #   6. restarting the operator re-creates nothing (gateway Deployment generation, pod, ConfigMap);
 #   7. the agents' logs show no failure to cut revoked connections (netlink conntrack in a pod);
-#   8. `kubectl get vpngw,vpnpeer` is shown.
+#   8. no PSK or private key appears in any log, event, ConfigMap, Deployment, Service or status;
+#   9. `kubectl get vpngw,vpnpeer` is shown.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/hack/lab/common.sh"
@@ -123,7 +124,23 @@ for gw in acme-gw acme-wg; do
   else pass "$gw's agent applied its configuration ($(echo "$logs" | grep -c '"configuration applied"') times) and its conntrack cuts worked"; fi
 done
 
-echo "=== 8 status"
+echo "=== RUN 8 no secret outside its Secret"
+# every PSK and the WireGuard gateway's private key, as the Secrets hold them
+secrets=$(for sec in hq-psk branch-psk newsite-psk acme-wg-wireguard-key; do
+  kubectl -n $NS get secret "$sec" -o go-template='{{range .data}}{{.}}{{"\n"}}{{end}}' | while read -r v; do echo "$v" | base64 -d; echo; done
+done | grep -v '^$')
+n=$(echo "$secrets" | wc -l)
+haystack=$S/haystack
+: >"$haystack"
+for ns in $NS bnerd-vpn-system; do
+  for pod in $(kubectl -n $ns get pods -o name); do kubectl -n $ns logs "$pod" --all-containers >>"$haystack" 2>&1; done
+done
+for kind in events configmaps vpngateways vpnpeers deployments services; do kubectl get $kind -A -o yaml >>"$haystack"; done
+leaks=$(echo "$secrets" | grep -F -f - "$haystack" | head -3)
+if [ "$n" -ge 4 ] && [ -z "$leaks" ]; then pass "none of $n secret values in $(wc -l <"$haystack") lines of logs, events, ConfigMaps, Deployments, Services and statuses"
+else fail "secret values: $n; found in: $(echo "$leaks" | cut -c1-80)"; fi
+
+echo "=== 9 status"
 kubectl -n $NS get vpngw,vpnpeer -o wide
 kubectl -n $NS get vpnpeer -o custom-columns='PEER:.metadata.name,CONNECTED:.status.conditions[?(@.type=="Connected")].status,AUTHORIZED:.status.conditions[?(@.type=="Authorized")].status,BYTES-IN:.status.tunnel.bytesIn,BYTES-OUT:.status.tunnel.bytesOut'
 
