@@ -32,7 +32,7 @@ lint: ## go vet and gofmt
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: test-binaries
-test-binaries: ## install etcd and build kube-apiserver for envtest (cached in bin/)
+test-binaries: ## install etcd and build Kubernetes (kube-apiserver for envtest; cached in bin/)
 	@hack/test-binaries.sh >/dev/null
 
 .PHONY: test-deps

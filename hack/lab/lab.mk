@@ -6,25 +6,20 @@ export LAB_STATE
 
 .PHONY: lab lab-down lab-cluster lab-images e2e-cluster
 
-## lab: single-node cluster + operator + sample client with two sites; prints status and a live tunnel
-lab:
+lab: ## single-node cluster + operator + sample client (IPsec and WireGuard sites); status and a live tunnel
 	@LAB_T0=$$(date +%s.%N); export LAB_T0; \
 	  hack/lab/cluster-up.sh && hack/lab/lab.sh
 
-## lab-down: remove everything `make lab` created (processes, cgroups, mounts, netns, sysctls)
-lab-down:
+lab-down: ## remove everything `make lab` created (processes, cgroups, mounts, netns, sysctls)
 	@hack/lab/cluster-down.sh
 
-## lab-cluster: only the cluster (KUBECONFIG=$(LAB_STATE)/pki/admin.kubeconfig)
-lab-cluster:
+lab-cluster: ## only the cluster (KUBECONFIG=$(LAB_STATE)/pki/admin.kubeconfig)
 	@hack/lab/cluster-up.sh
 
-## lab-images: build the OCI image archives into bin/images
-lab-images:
+lab-images: ## build the OCI image archives into bin/images
 	@hack/lab/build-images.sh
 
-## e2e-cluster: the issue-6 assertions against a fresh lab, torn down afterwards
-e2e-cluster:
+e2e-cluster: ## a fresh lab, the cluster end-to-end assertions (test/cluster/run.sh), torn down afterwards
 	@hack/lab/cluster-down.sh >/dev/null 2>&1 || true
 	@rc=0; LAB_T0=$$(date +%s.%N) hack/lab/cluster-up.sh && test/cluster/run.sh || rc=$$?; \
 	  hack/lab/cluster-down.sh; exit $$rc
