@@ -23,7 +23,7 @@ pass() { echo "--- PASS: $*"; }
 fail() { echo "--- FAIL: $*"; fails=$((fails + 1)); }
 curl_from() { ip netns exec "lab-site-$1" curl -sS --max-time "${3:-2}" --interface "$(site_host "$2")" "$4"; }
 counter() { nft list counter ip bnerd_vpn "$1" | awk '/packets/ {for (i = 1; i < NF; i++) if ($i == "packets") print $(i + 1)}'; }
-gwpod() { kubectl -n $NS get pod -l "vpn.bnerd.net/gateway=${1:-acme-gw}" -o jsonpath='{.items[0].metadata.name}'; }
+gwpod() { kubectl -n $NS get pod -l "vpn.bnerd.net/gateway=${1:-acme-gw}" --field-selector=status.phase=Running -o jsonpath='{.items[0].metadata.name}'; }
 
 echo "=== RUN lab"
 if ! "$root/hack/lab/lab.sh"; then
@@ -90,6 +90,9 @@ kubectl -n $NS delete pod "$old" --wait=false >/dev/null
 kubectl -n $NS wait --for=delete pod/"$old" --timeout=60s >/dev/null
 if wait_for check 120 curl_from roam 4 2 "http://$VIP_WG_WEB:8080/"; then pass "WireGuard tunnel back $((SECONDS - t))s after deleting the gateway pod (new pod $(gwpod acme-wg))"; else fail "WireGuard tunnel not back after deleting the gateway pod"; fi
 
+failed=$(kubectl -n $NS get pods --field-selector=status.phase=Failed -o name)
+if [ -z "$failed" ]; then pass "no failed pods left behind by the replacements"; else fail "failed pods: $failed"; fi
+
 echo "=== RUN 6 operator restart re-creates nothing"
 gen=$(kubectl -n $NS get deploy acme-gw-gateway -o jsonpath='{.metadata.generation}')
 pod=$(gwpod)
@@ -121,6 +124,7 @@ for gw in acme-gw acme-wg; do
   logs=$(kubectl -n $NS logs "$(gwpod $gw)" -c agent 2>&1)
   # the conntrack cut runs after every ruleset apply: netlink conntrack must work in the pod
   if echo "$logs" | grep -q "could not be cut"; then fail "$gw's agent cannot cut revoked connections: $(echo "$logs" | grep -m1 "could not be cut")"
+  elif ! echo "$logs" | grep -q '"configuration applied"'; then fail "$gw's agent log shows no applied configuration: $(echo "$logs" | tail -2)"
   else pass "$gw's agent applied its configuration ($(echo "$logs" | grep -c '"configuration applied"') times) and its conntrack cuts worked"; fi
 done
 

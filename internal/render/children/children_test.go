@@ -526,15 +526,20 @@ func TestDeploymentShape(t *testing.T) {
 			}
 
 			if gw.Endpoint.Kind == model.EndpointHostNetwork {
-				if pod.HostNetwork == nil || !*pod.HostNetwork || *pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet || *pod.NodeName != gw.Endpoint.NodeName {
+				if pod.HostNetwork == nil || !*pod.HostNetwork || *pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet || pod.NodeName != nil {
 					t.Errorf("hostNetwork pod: hostNetwork/dnsPolicy/nodeName wrong")
+				}
+				terms := pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+				if len(terms) != 1 || len(terms[0].MatchFields) != 1 || *terms[0].MatchFields[0].Key != "metadata.name" ||
+					!slices.Equal(terms[0].MatchFields[0].Values, []string{gw.Endpoint.NodeName}) {
+					t.Errorf("hostNetwork pod is not pinned to node %s by affinity: %+v", gw.Endpoint.NodeName, terms)
 				}
 				if len(pod.SecurityContext.Sysctls) != 0 {
 					t.Errorf("hostNetwork pod must not set sysctls")
 				}
 			} else {
-				if pod.HostNetwork != nil || pod.NodeName != nil || pod.DNSPolicy != nil {
-					t.Errorf("pod-network pod sets hostNetwork/nodeName/dnsPolicy")
+				if pod.HostNetwork != nil || pod.NodeName != nil || pod.DNSPolicy != nil || pod.Affinity != nil {
+					t.Errorf("pod-network pod sets hostNetwork/nodeName/dnsPolicy/affinity")
 				}
 				s := pod.SecurityContext.Sysctls
 				if len(s) != 1 || *s[0].Name != "net.ipv4.ip_forward" || *s[0].Value != "1" {

@@ -193,12 +193,21 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 
 	if hostNetwork {
 		// The gateway answers on the node's own address: run in the host's network namespace
-		// on exactly that node. Pod sysctls are not allowed with hostNetwork; forwarding on the
-		// node is the node's configuration.
+		// on exactly that node. Pinned by node affinity, not nodeName: the scheduler then keeps
+		// a replacement pod Pending until the old one has released the node's tunnel ports
+		// (with nodeName the kubelet rejects it, NodePorts, and failed pods pile up). Pod
+		// sysctls are not allowed with hostNetwork; forwarding on the node is the node's
+		// configuration.
 		podSpec.
 			WithHostNetwork(true).
 			WithDNSPolicy(corev1.DNSClusterFirstWithHostNet).
-			WithNodeName(gw.Endpoint.NodeName)
+			WithAffinity(corev1ac.Affinity().WithNodeAffinity(corev1ac.NodeAffinity().
+				WithRequiredDuringSchedulingIgnoredDuringExecution(corev1ac.NodeSelector().
+					WithNodeSelectorTerms(corev1ac.NodeSelectorTerm().
+						WithMatchFields(corev1ac.NodeSelectorRequirement().
+							WithKey("metadata.name").
+							WithOperator(corev1.NodeSelectorOpIn).
+							WithValues(gw.Endpoint.NodeName))))))
 	} else {
 		// The gateway forwards between the tunnel and the cluster inside its own network
 		// namespace. net.ipv4.ip_forward is an "unsafe" sysctl for the kubelet: every node that
