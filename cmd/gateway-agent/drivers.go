@@ -37,7 +37,8 @@ type lazyDriver struct {
 	d        agent.Driver
 }
 
-func (l *lazyDriver) get(ctx context.Context, p model.Protocol) (agent.Driver, error) {
+func (l *lazyDriver) get(ctx context.Context, m *model.Gateway) (agent.Driver, error) {
+	p := m.Protocol
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.d != nil {
@@ -52,7 +53,10 @@ func (l *lazyDriver) get(ctx context.Context, p model.Protocol) (agent.Driver, e
 		l.d, err = newIPsecDriver(ctx, l.opts, l.log.WithName("strongswan"))
 	case model.ProtocolWireGuard:
 		// The device carries the name the rendered ruleset matches.
-		l.d, err = wireguard.New(ctx, wireguard.Options{InterfaceName: nft.WireGuardInterface, Mode: wireguard.Mode(l.opts.wireguardMode), Logger: l.log.WithName("wireguard")})
+		// In the node's network namespace (host network) nothing ends the device with the pod:
+		// the agent removes it when it stops (see agent.Engine.TearDown).
+		l.d, err = wireguard.New(ctx, wireguard.Options{InterfaceName: nft.WireGuardInterface, Mode: wireguard.Mode(l.opts.wireguardMode),
+			Logger: l.log.WithName("wireguard"), DeleteOnClose: m.Endpoint.Kind == model.EndpointHostNetwork})
 	default:
 		err = fmt.Errorf("unknown protocol %q", p)
 	}
@@ -71,7 +75,7 @@ func (l *lazyDriver) current() agent.Driver {
 }
 
 func (l *lazyDriver) Apply(ctx context.Context, b *render.Bundle, s agent.Secrets) error {
-	d, err := l.get(ctx, b.Model.Protocol)
+	d, err := l.get(ctx, b.Model)
 	if err != nil {
 		return err
 	}

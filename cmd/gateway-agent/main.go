@@ -174,7 +174,6 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	}
 
 	driver := &lazyDriver{opts: o.drivers, log: log}
-	defer driver.Close()
 	engine := &agent.Engine{Driver: driver, Firewall: &firewall.Firewall{}, Reporter: reporter, Log: log}
 
 	if o.metricsAddr != "" {
@@ -190,8 +189,22 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	go func() { errs <- feed(ctx) }()
 	go func() { errs <- engine.Run(ctx, updates) }()
 	err := <-errs
-	return err
+	closeErr := driver.Close()
+	if ctx.Err() != nil {
+		// Stopped by a signal: the pod is going (or the agent alone restarting). A host-network
+		// gateway takes its ruleset and addresses off the node once its tunnels are gone.
+		tctx, cancel := context.WithTimeout(context.Background(), teardownWait+time.Second)
+		defer cancel()
+		if terr := engine.TearDown(tctx, teardownWait); terr != nil {
+			log.Error(terr, "removing the gateway's ruleset and addresses from the node")
+		}
+	}
+	return errors.Join(err, closeErr)
 }
+
+// teardownWait bounds how long a stopping agent waits for the tunnels to go before it removes
+// a host-network gateway's ruleset (well inside the pod's termination grace period).
+const teardownWait = 5 * time.Second
 
 func metricsServer(o runOptions, e *agent.Engine) *http.Server {
 	reg := prometheus.NewRegistry()

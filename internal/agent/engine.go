@@ -22,6 +22,8 @@ type Firewall interface {
 	OpenStartupGate(ctx context.Context) error
 	// CutRevokedFlows ends the translated connections the model no longer grants.
 	CutRevokedFlows(ctx context.Context, m *model.Gateway) (int, error)
+	// Remove deletes the ruleset and the startup gate.
+	Remove(ctx context.Context) error
 }
 
 // Reporter publishes peers' tunnel state (the VPNPeer status writer, in a cluster).

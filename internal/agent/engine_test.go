@@ -36,6 +36,8 @@ func (f *fakeFirewall) CutRevokedFlows(context.Context, *model.Gateway) (int, er
 	return 0, nil
 }
 
+func (f *fakeFirewall) Remove(context.Context) error { return nil }
+
 func (f *fakeFirewall) OpenStartupGate(context.Context) error {
 	f.gateOpens++
 	return nil

@@ -241,6 +241,11 @@ func (n *NS) Start(args ...string) *Process {
 	return p
 }
 
+// Signal sends sig to the process (not its group), as a kubelet stopping a container would.
+func (p *Process) Signal(sig syscall.Signal) error {
+	return syscall.Kill(p.Cmd.Process.Pid, sig)
+}
+
 // Stop kills the process group and waits for the process to end.
 func (p *Process) Stop() {
 	if p.Cmd.Process != nil {

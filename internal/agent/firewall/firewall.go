@@ -57,6 +57,17 @@ func (f *Firewall) OpenStartupGate(ctx context.Context) error {
 	return f.load(ctx, nft.OpenStartupGate)
 }
 
+// Remove deletes the ruleset and the startup gate (nothing happens where there are none).
+func (f *Firewall) Remove(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.load(ctx, nft.RemoveRuleset+nft.OpenStartupGate); err != nil {
+		return err
+	}
+	f.applied = ""
+	return nil
+}
+
 // load runs one nft transaction.
 func (f *Firewall) load(ctx context.Context, text string) error {
 	cmd := exec.CommandContext(ctx, f.nft(), "-f", "-")

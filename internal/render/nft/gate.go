@@ -12,6 +12,9 @@ const GateTable = "bnerd_vpn_gate"
 // OpenStartupGate removes the startup gate (and does nothing where there is none).
 const OpenStartupGate = "table " + Family + " " + GateTable + " {}\ndelete table " + Family + " " + GateTable + "\n"
 
+// RemoveRuleset deletes the gateway's table (and does nothing where there is none).
+const RemoveRuleset = "table " + Family + " " + Table + " {}\ndelete table " + Family + " " + Table + "\n"
+
 // StartupGate is what the gateway agent's init step loads after the ruleset for an IPsec
 // gateway: a table dropping inbound IKE (UDP 500 and 4500) until the agent has loaded the peers
 // into charon and removed it (OpenStartupGate). Without it, a client's device that reaches a

@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
+)
+
+// TearDown removes what a host-network gateway put into the node's network namespace — its
+// ruleset, the startup gate and its address on lo — when the agent stops with the pod. A
+// gateway in a pod network namespace has nothing to remove: the namespace ends with the pod.
+//
+// The tunnels must be gone first, or removing the ruleset would let their traffic through:
+// the caller has closed the driver (a host-network WireGuard device is deleted then) and charon,
+// in its own container, stops with the pod (its ipsec0 and kernel SAs go). TearDown waits up to
+// wait for that; when the tunnels are still there — the agent alone restarting while charon
+// runs — everything stays and the ruleset keeps guarding them.
+func (e *Engine) TearDown(ctx context.Context, wait time.Duration) error {
+	e.mu.Lock()
+	b := e.bundle
+	e.mu.Unlock()
+	if b == nil || b.Model.Endpoint.Kind != model.EndpointHostNetwork {
+		return nil
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		gone, err := tunnelsGone(b.Model.Protocol)
+		if err != nil {
+			return err
+		}
+		if gone {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.Log.Info("tunnels still up: leaving the ruleset and addresses in place", "waited", wait)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	err := errors.Join(e.Firewall.Remove(ctx), ensureLocalAddress(nil, &model.Gateway{}))
+	if err == nil {
+		e.Log.Info("removed the gateway's ruleset and addresses from the node")
+	}
+	return err
+}
+
+// tunnelsGone reports whether no tunnel of the protocol is left in this network namespace:
+// no tunnel interface (wg0; ipsec0 of kernel-libipsec) and, for IPsec, no kernel SA.
+func tunnelsGone(p model.Protocol) (bool, error) {
+	iface := nft.WireGuardInterface
+	if p == model.ProtocolIPsec {
+		iface = nft.LibipsecInterface
+	}
+	_, err := netlink.LinkByName(iface)
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case err == nil:
+		return false, nil
+	case !errors.As(err, &notFound):
+		return false, fmt.Errorf("looking up %s: %w", iface, err)
+	}
+	if p == model.ProtocolIPsec {
+		states, err := netlink.XfrmStateList(netlink.FAMILY_ALL)
+		if err != nil {
+			return false, fmt.Errorf("listing IPsec SAs: %w", err)
+		}
+		return len(states) == 0, nil
+	}
+	return true, nil
+}
