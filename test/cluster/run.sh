@@ -13,7 +13,9 @@
 #   6. restarting the operator re-creates nothing (gateway Deployment generation, pod, ConfigMap);
 #   7. the agents' logs show no failure to cut revoked connections (netlink conntrack in a pod);
 #   8. no PSK or private key appears in any log, event, ConfigMap, Deployment, Service or status;
-#   9. `kubectl get vpngw,vpnpeer` is shown.
+#   9. deleting the host-network gateway leaves nothing of it on the node (ruleset, gate,
+#      address, tunnel device) and its peers reach nothing;
+#  10. `kubectl get vpngw,vpnpeer` is shown (before 9, and at the end).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/hack/lab/common.sh"
@@ -144,7 +146,20 @@ leaks=$(echo "$secrets" | grep -F -f - "$haystack" | head -3)
 if [ "$n" -ge 4 ] && [ -z "$leaks" ]; then pass "none of $n secret values in $(wc -l <"$haystack") lines of logs, events, ConfigMaps, Deployments, Services and statuses"
 else fail "secret values: $n; found in: $(echo "$leaks" | cut -c1-80)"; fi
 
-echo "=== 9 status"
+echo "=== RUN 9 host-network gateway deleted: the node is left clean"
+kubectl -n $NS get vpngw,vpnpeer -o wide   # the status, before the gateway goes
+t=$SECONDS
+kubectl -n $NS delete vpngw acme-gw --wait=true --timeout=60s >/dev/null
+kubectl -n $NS wait --for=delete pod -l vpn.bnerd.net/gateway=acme-gw --timeout=60s >/dev/null 2>&1
+left=""
+nft list tables | grep -qx "table ip bnerd_vpn" && left="$left ruleset"
+nft list tables | grep -q bnerd_vpn_gate && left="$left gate"
+[ -n "$(ip -4 addr show dev lo label lo:bnerd-vpn)" ] && left="$left lo-address"
+ip link show ipsec0 >/dev/null 2>&1 && left="$left ipsec0"
+if [ -z "$left" ]; then pass "gateway deleted in $((SECONDS - t))s; nothing of it left on the node"; else fail "left on the node after the gateway was deleted:$left"; fi
+if curl_from hq 1 2 "http://$VIP_WEB:8080/"; then fail "hq still reaches web through the deleted gateway"; else pass "hq no longer reaches web"; fi
+
+echo "=== 10 status"
 kubectl -n $NS get vpngw,vpnpeer -o wide
 kubectl -n $NS get vpnpeer -o custom-columns='PEER:.metadata.name,CONNECTED:.status.conditions[?(@.type=="Connected")].status,AUTHORIZED:.status.conditions[?(@.type=="Authorized")].status,BYTES-IN:.status.tunnel.bytesIn,BYTES-OUT:.status.tunnel.bytesOut'
 
