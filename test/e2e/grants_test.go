@@ -72,18 +72,9 @@ func TestTwoPeersDifferentGrants(t *testing.T) {
 			WireGuard: &vpnv1.WireGuardPeer{PublicKey: keyB.PublicKey().String(), Subnets: []string{"203.0.113.16/28"}},
 		}},
 	}
-	for _, o := range objs {
-		if err := env.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gateway := &vpnv1.VPNGateway{}
-	waitFor(t, "gateway rendered", 20*time.Second, func() error {
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gw"}, gateway); err != nil {
-			return err
-		}
-		if !meta.IsStatusConditionTrue(gateway.Status.Conditions, vpnv1.ConditionRendered) || gateway.Status.AuthorizedPeers != 2 {
-			return fmt.Errorf("status %+v", gateway.Status)
+	gateway := createRendered(t, ns, objs, func(gw *vpnv1.VPNGateway) error {
+		if gw.Status.AuthorizedPeers != 2 {
+			return fmt.Errorf("status %+v", gw.Status)
 		}
 		return nil
 	})

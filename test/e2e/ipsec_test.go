@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -88,21 +87,7 @@ func TestIPsecTunnelPeerLossAndReturn(t *testing.T) {
 			},
 		}},
 	}
-	for _, o := range objs {
-		if err := env.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gateway := &vpnv1.VPNGateway{}
-	waitFor(t, "gateway rendered", 20*time.Second, func() error {
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gw"}, gateway); err != nil {
-			return err
-		}
-		if !meta.IsStatusConditionTrue(gateway.Status.Conditions, vpnv1.ConditionRendered) {
-			return fmt.Errorf("not rendered: %+v", gateway.Status.Conditions)
-		}
-		return nil
-	})
+	gateway := createRendered(t, ns, objs, nil)
 	vip := gateway.Status.Exposures[0].VirtualIP
 
 	start := time.Now()

@@ -23,13 +23,16 @@ import (
 	"go.uber.org/zap/zapcore"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
@@ -217,6 +220,32 @@ func gatewayAgent(t *testing.T, ns *netns.NS, namespace, gateway string, extra .
 		removeUAPISocketAtCleanup(t)
 	}
 	return ns.Start(args...)
+}
+
+// createRendered creates objs and returns the gateway "gw" of namespace ns once its
+// configuration is rendered and, when given, cond holds for it.
+func createRendered(t testing.TB, ns string, objs []client.Object, cond func(*vpnv1.VPNGateway) error) *vpnv1.VPNGateway {
+	t.Helper()
+	ctx := context.Background()
+	for _, o := range objs {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gateway := &vpnv1.VPNGateway{}
+	waitFor(t, "gateway rendered", 20*time.Second, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gw"}, gateway); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(gateway.Status.Conditions, vpnv1.ConditionRendered) {
+			return fmt.Errorf("not rendered: %+v", gateway.Status.Conditions)
+		}
+		if cond != nil {
+			return cond(gateway)
+		}
+		return nil
+	})
+	return gateway
 }
 
 // waitFor polls cond until it holds; its last error explains a timeout.

@@ -51,21 +51,7 @@ func TestWireGuardTunnelToStatus(t *testing.T) {
 			WireGuard:  &vpnv1.WireGuardPeer{PublicKey: siteKey.PublicKey().String(), Subnets: []string{"203.0.113.0/28"}},
 		}},
 	}
-	for _, o := range objs {
-		if err := env.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gateway := &vpnv1.VPNGateway{}
-	waitFor(t, "gateway rendered", 20*time.Second, func() error {
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gw"}, gateway); err != nil {
-			return err
-		}
-		if !meta.IsStatusConditionTrue(gateway.Status.Conditions, vpnv1.ConditionRendered) {
-			return fmt.Errorf("not rendered: %+v", gateway.Status.Conditions)
-		}
-		return nil
-	})
+	gateway := createRendered(t, ns, objs, nil)
 	serviceCIDR := netip.MustParsePrefix(gateway.Status.ServiceCIDR)
 	vip := gateway.Status.Exposures[0].VirtualIP
 
