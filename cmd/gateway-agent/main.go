@@ -111,6 +111,7 @@ type runOptions struct {
 	configDir, secretsDir         string
 	metricsAddr                   string
 	statusInterval                time.Duration
+	verifyInterval                time.Duration
 	drivers                       driverOptions
 }
 
@@ -133,6 +134,7 @@ func runCommand() *cobra.Command {
 	f.StringVar(&o.secretsDir, "secrets-dir", "", "with --config-dir: read Secrets from <dir>/<secret>/<key>")
 	f.StringVar(&o.metricsAddr, "metrics-addr", ":9090", "address of /metrics, /healthz and /readyz (empty disables)")
 	f.DurationVar(&o.statusInterval, "status-interval", 15*time.Second, "shortest time between two VPNPeer status writes that only update counters (state changes are written at once)")
+	f.DurationVar(&o.verifyInterval, "ruleset-check-interval", time.Second, "how often the nftables ruleset is checked against the one applied and re-applied when it was deleted or changed")
 	o.drivers.bindFlags(f)
 	return cmd
 }
@@ -146,6 +148,7 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	}
 	updates := make(chan agent.Update)
 	var reporter agent.Reporter
+	var events *status.Events
 	var feed func(context.Context) error
 	if o.configDir != "" {
 		files := &source.Files{ConfigDir: o.configDir, SecretsDir: o.secretsDir, Log: log.WithName("files")}
@@ -162,11 +165,13 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 				return err
 			}
 			reporter = &status.Writer{Client: c, Namespace: o.namespace, MinInterval: o.statusInterval}
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			events = status.NewEvents(cs)
+			defer events.Stop()
 			if o.configDir == "" {
-				cs, err := kubernetes.NewForConfig(cfg)
-				if err != nil {
-					return err
-				}
 				api := &source.API{Client: cs, Namespace: o.namespace, ConfigMap: o.configMap, Log: log.WithName("api")}
 				feed = func(ctx context.Context) error { return api.Run(ctx, updates) }
 			}
@@ -174,7 +179,13 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	}
 
 	driver := &lazyDriver{opts: o.drivers, log: log}
-	engine := &agent.Engine{Driver: driver, Firewall: &firewall.Firewall{}, Reporter: reporter, Log: log}
+	// The agent and nft share the network namespace: the kernel's nftables generation tells
+	// the ruleset check when there is anything to list.
+	fw := &firewall.Firewall{Generation: firewall.KernelGeneration}
+	engine := &agent.Engine{Driver: driver, Firewall: fw, Reporter: reporter, Log: log, VerifyEvery: o.verifyInterval}
+	if events != nil {
+		engine.Events = events
+	}
 
 	if o.metricsAddr != "" {
 		srv := metricsServer(o, engine)
@@ -209,7 +220,7 @@ const teardownWait = 5 * time.Second
 func metricsServer(o runOptions, e *agent.Engine) *http.Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(&metrics.Collector{Namespace: o.namespace, Gateway: o.gateway, Snapshot: e.Last})
+	reg.MustRegister(&metrics.Collector{Namespace: o.namespace, Gateway: o.gateway, Snapshot: e.Last, Repairs: e.Repairs})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })

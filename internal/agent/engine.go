@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -17,14 +18,53 @@ import (
 // Firewall applies the ruleset and reads its counters (internal/agent/firewall).
 type Firewall interface {
 	Apply(ctx context.Context, ruleset string) error
+	// Verify checks the table against the ruleset last applied and re-applies that ruleset when
+	// the table is missing or differs; the Drift it returns says what it found (zero: nothing).
+	Verify(ctx context.Context) (Drift, error)
 	Counters(ctx context.Context) (map[string]nft.CounterValue, error)
 	// OpenStartupGate removes the startup gate the init step installed (nft.StartupGate).
 	OpenStartupGate(ctx context.Context) error
 	// CutRevokedFlows ends the translated connections the model no longer grants.
 	CutRevokedFlows(ctx context.Context, m *model.Gateway) (int, error)
+	// CutUnruledFlows ends, after a repair, the connections the ruleset did not admit: the
+	// revoked ones and those from or to a peer's subnets that a drifted table let start.
+	CutUnruledFlows(ctx context.Context, m *model.Gateway) (int, error)
 	// Remove deletes the ruleset and the startup gate.
 	Remove(ctx context.Context) error
 }
+
+// Drift kinds: how the nftables table differed from the ruleset the agent applied.
+const (
+	// DriftMissing: the table was gone (deleted, or the whole ruleset flushed).
+	DriftMissing = "missing"
+	// DriftChanged: the table was there but its rules, sets or objects differed.
+	DriftChanged = "changed"
+)
+
+// Drift is what a ruleset check found; the zero value means the table was as applied.
+type Drift struct {
+	// Kind is DriftMissing or DriftChanged.
+	Kind string
+	// Detail says what differed, for a log line and an Event (never secret: the ruleset holds
+	// addresses, ports and peer names only).
+	Detail string
+}
+
+// Drifted reports whether the check found the table differing (and repaired it, unless it
+// returned an error too).
+func (d Drift) Drifted() bool { return d.Kind != "" }
+
+// EventRecorder records a Kubernetes Event on the gateway's VPNGateway (internal/agent/status).
+type EventRecorder interface {
+	Event(gw *model.Gateway, eventType, reason, message string)
+}
+
+// Event reasons of the agent.
+const (
+	// ReasonRulesetRepaired: the agent found its nftables table missing or changed and
+	// re-applied the rendered ruleset.
+	ReasonRulesetRepaired = "RulesetRepaired"
+)
 
 // Reporter publishes peers' tunnel state (the VPNPeer status writer, in a cluster).
 type Reporter interface {
@@ -61,16 +101,29 @@ type Engine struct {
 	// Reporter may be nil (no cluster).
 	Reporter Reporter
 	Log      logr.Logger
+	// Events may be nil (no cluster).
+	Events EventRecorder
 	// RefreshEvery is the periodic refresh interval (default 5 s).
 	RefreshEvery time.Duration
+	// VerifyEvery is how often the ruleset is checked against the one applied and repaired
+	// when it drifted (default 1 s: a repair within two seconds).
+	VerifyEvery time.Duration
 	// SkipLocalAddress leaves the gateway's service-CIDR address alone (unit tests).
 	SkipLocalAddress bool
 
 	mu         sync.Mutex
 	bundle     *render.Bundle
 	last       Snapshot
-	applied    chan struct{}
 	gateOpened bool
+	// ruled is the model of the ruleset the firewall holds (set before the rest of an update
+	// is applied, which may fail).
+	ruled *model.Gateway
+	// repairs counts ruleset repairs (bnerd_vpn_ruleset_repairs_total).
+	repairs atomic.Uint64
+	// verifyErr and verifyErrAt: the last failed check, logged again only when it changes or
+	// a while later (a check runs every second).
+	verifyErr   string
+	verifyErrAt time.Time
 }
 
 // Apply converges to one update.
@@ -81,6 +134,9 @@ func (e *Engine) Apply(ctx context.Context, u Update) error {
 	if err := e.Firewall.Apply(ctx, u.Bundle.Ruleset); err != nil {
 		return err // the previous ruleset and tunnels stay as they are
 	}
+	e.mu.Lock()
+	e.ruled = u.Bundle.Model
+	e.mu.Unlock()
 	// New connections now meet the new grants; established ones a grant no longer covers end.
 	if n, err := e.Firewall.CutRevokedFlows(ctx, u.Bundle.Model); err != nil {
 		e.Log.Error(err, "revoked grants: established connections could not be cut; new ones are refused")
@@ -107,6 +163,41 @@ func (e *Engine) Apply(ctx context.Context, u Update) error {
 	e.mu.Unlock()
 	return nil
 }
+
+// Verify checks the ruleset against the one applied and, when the firewall found it missing
+// or changed and re-applied it, logs the repair, counts it, records an Event on the gateway and
+// ends the connections the drifted table let start. It returns what the firewall found.
+func (e *Engine) Verify(ctx context.Context) (Drift, error) {
+	start := time.Now()
+	d, err := e.Firewall.Verify(ctx)
+	if !d.Drifted() {
+		return d, err
+	}
+	if err != nil {
+		return d, fmt.Errorf("nftables table %s (%s), and re-applying the ruleset failed: %w", d.Kind, d.Detail, err)
+	}
+	e.repairs.Add(1)
+	e.mu.Lock()
+	m := e.ruled
+	e.mu.Unlock()
+	e.Log.Info("nftables ruleset drifted from the one applied; re-applied it", "drift", d.Kind, "detail", d.Detail, "took", time.Since(start))
+	if m == nil {
+		return d, nil
+	}
+	if e.Events != nil {
+		e.Events.Event(m, "Warning", ReasonRulesetRepaired,
+			fmt.Sprintf("The gateway's nftables table was %s (%s); the agent re-applied the rendered ruleset", d.Kind, d.Detail))
+	}
+	if n, err := e.Firewall.CutUnruledFlows(ctx, m); err != nil {
+		e.Log.Error(err, "ruleset repaired: connections the drifted table let start could not be cut; new ones are refused")
+	} else if n > 0 {
+		e.Log.Info("cut connections the drifted ruleset let start", "connections", n)
+	}
+	return d, nil
+}
+
+// Repairs is how many times the ruleset was found drifted and re-applied.
+func (e *Engine) Repairs() uint64 { return e.repairs.Load() }
 
 // Refresh reads the driver's and the firewall's state into a snapshot and reports it.
 func (e *Engine) Refresh(ctx context.Context) (Snapshot, error) {
@@ -172,6 +263,12 @@ func (e *Engine) Run(ctx context.Context, updates <-chan Update) error {
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	verifyEvery := e.VerifyEvery
+	if verifyEvery == 0 {
+		verifyEvery = time.Second
+	}
+	verifyTick := time.NewTicker(verifyEvery)
+	defer verifyTick.Stop()
 	var pending *Update
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
@@ -204,12 +301,34 @@ func (e *Engine) Run(ctx context.Context, updates <-chan Update) error {
 			e.refresh(ctx)
 		case <-tick.C:
 			e.refresh(ctx)
+		case <-verifyTick.C:
+			e.verify(ctx)
 		}
 	}
 }
 
+// refresh checks the ruleset first: a drifted table is repaired before its counters are read.
 func (e *Engine) refresh(ctx context.Context) {
+	e.verify(ctx)
 	if _, err := e.Refresh(ctx); err != nil && ctx.Err() == nil {
 		e.Log.Error(err, "refreshing tunnel state")
+	}
+}
+
+// verifyErrEvery is how often a check that keeps failing the same way is logged again.
+const verifyErrEvery = time.Minute
+
+func (e *Engine) verify(ctx context.Context) {
+	_, err := e.Verify(ctx)
+	switch {
+	case ctx.Err() != nil:
+	case err == nil:
+		if e.verifyErr != "" {
+			e.Log.Info("nftables ruleset check works again")
+			e.verifyErr = ""
+		}
+	case err.Error() != e.verifyErr || time.Since(e.verifyErrAt) >= verifyErrEvery:
+		e.Log.Error(err, "checking the nftables ruleset")
+		e.verifyErr, e.verifyErrAt = err.Error(), time.Now()
 	}
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -16,11 +19,33 @@ import (
 // Fakes for the engine's logic only; the real drivers and firewall have their own tests
 // against charon, WireGuard and nftables.
 type fakeFirewall struct {
-	err       error
-	applied   []string
-	counters  map[string]nft.CounterValue
-	gateOpens int
-	cuts      int
+	mu          sync.Mutex
+	err         error
+	applied     []string
+	counters    map[string]nft.CounterValue
+	gateOpens   int
+	cuts        int
+	unruledCuts int
+	// drift is what the next Verify finds (and repairs, unless verifyErr).
+	drift     Drift
+	verifyErr error
+	verifies  int
+}
+
+func (f *fakeFirewall) Verify(context.Context) (Drift, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.verifies++
+	d := f.drift
+	f.drift = Drift{}
+	return d, f.verifyErr
+}
+
+func (f *fakeFirewall) CutUnruledFlows(context.Context, *model.Gateway) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unruledCuts++
+	return 1, nil
 }
 
 func (f *fakeFirewall) Apply(_ context.Context, r string) error {
@@ -151,5 +176,84 @@ func TestEngineSnapshot(t *testing.T) {
 	}
 	if len(r.snaps) != 1 {
 		t.Errorf("reported %d snapshots, want 1", len(r.snaps))
+	}
+}
+
+type fakeEvents struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *fakeEvents) Event(gw *model.Gateway, eventType, reason, message string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, gw.Name+" "+eventType+" "+reason+": "+message)
+}
+
+func (r *fakeEvents) list() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.events...)
+}
+
+// A repaired ruleset is counted, evented on the gateway and followed by cutting the
+// connections the drifted table let start; a check that finds nothing does none of it, and a
+// repair that failed is not counted.
+func TestEngineVerifyRepairs(t *testing.T) {
+	ctx := context.Background()
+	fw := &fakeFirewall{}
+	ev := &fakeEvents{}
+	e := &Engine{Driver: &fakeDriver{}, Firewall: fw, Events: ev, Log: logr.Discard(), SkipLocalAddress: true}
+	if err := e.Apply(ctx, Update{Bundle: bundle()}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := e.Verify(ctx); err != nil || d.Drifted() || e.Repairs() != 0 || fw.unruledCuts != 0 || len(ev.list()) != 0 {
+		t.Fatalf("no drift: %+v %v, repairs %d, cuts %d, events %v", d, err, e.Repairs(), fw.unruledCuts, ev.list())
+	}
+	fw.drift = Drift{Kind: DriftChanged, Detail: `chain forward: "accept" added`}
+	if d, err := e.Verify(ctx); err != nil || d.Kind != DriftChanged {
+		t.Fatalf("drift: %+v %v", d, err)
+	}
+	if e.Repairs() != 1 || fw.unruledCuts != 1 {
+		t.Errorf("after a repair: repairs %d, cuts %d", e.Repairs(), fw.unruledCuts)
+	}
+	if evs := ev.list(); len(evs) != 1 || !strings.Contains(evs[0], "gw Warning RulesetRepaired: ") || !strings.Contains(evs[0], "changed") ||
+		!strings.Contains(evs[0], `"accept" added`) {
+		t.Errorf("events: %q", evs)
+	}
+	fw.drift, fw.verifyErr = Drift{Kind: DriftMissing}, errors.New("nft: out of memory")
+	if _, err := e.Verify(ctx); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("failed repair: %v", err)
+	}
+	if e.Repairs() != 1 || len(ev.list()) != 1 {
+		t.Errorf("a failed repair was counted: repairs %d, events %d", e.Repairs(), len(ev.list()))
+	}
+}
+
+// Run checks the ruleset on its own ticker, so a drifted table is repaired within
+// VerifyEvery, long before the next refresh.
+func TestEngineRunVerifiesOnItsOwnTicker(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fw := &fakeFirewall{}
+	e := &Engine{Driver: &fakeDriver{}, Firewall: fw, Log: logr.Discard(), SkipLocalAddress: true,
+		RefreshEvery: time.Hour, VerifyEvery: 10 * time.Millisecond}
+	updates := make(chan Update)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx, updates) }()
+	updates <- Update{Bundle: bundle()}
+	fw.mu.Lock()
+	fw.drift = Drift{Kind: DriftMissing}
+	fw.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Repairs() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no repair within 10 s with a 10 ms check interval")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

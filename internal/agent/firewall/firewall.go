@@ -1,15 +1,18 @@
 // Package firewall applies the gateway's rendered nftables ruleset atomically (one `nft -f`
-// transaction replaces the whole table) and reads its per-peer drop counters.
+// transaction replaces the whole table), re-asserts it when the table drifts from what was
+// applied, and reads its per-peer drop counters.
 package firewall
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
 	"sync"
 
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
 
@@ -18,10 +21,19 @@ import (
 type Firewall struct {
 	// NFT is the nft binary; "nft" from PATH when empty.
 	NFT string
+	// Generation reads the nftables generation of the network namespace nft works in
+	// (KernelGeneration, when that is the agent's own). Verify lists the table only when the
+	// generation moved since it last looked. Nil: Verify lists the table every time.
+	Generation func() (uint32, error)
 
 	mu      sync.Mutex
 	applied string
 	carried map[string]nft.CounterValue
+	// listing is the table as nft listed it right after the last apply (normalised; nil when
+	// that listing failed), seen unchanged at generation gen when genOK.
+	listing []string
+	gen     uint32
+	genOK   bool
 }
 
 func (f *Firewall) nft() string {
@@ -49,7 +61,95 @@ func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 	}
 	f.carry(before)
 	f.applied = ruleset
+	f.record(ctx)
 	return nil
+}
+
+// Verify checks the table against the ruleset last applied and, when it is missing (deleted,
+// or the whole ruleset flushed: a node's `systemctl restart nftables`) or its listing differs
+// (a rule, set element or chain changed), re-loads that ruleset — the same all-or-nothing
+// transaction as Apply — and returns what it found. Counters are carried over as in Apply
+// when the drifted table could still be read; a deleted table's are lost.
+//
+// One check costs one netlink round trip when Generation is set and nothing in the namespace
+// changed, otherwise one `nft -s list table`. Nothing happens before a ruleset was applied.
+// On error the drift found (if any) is returned with it: the repair did not happen.
+func (f *Firewall) Verify(ctx context.Context) (agent.Drift, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.applied == "" {
+		return agent.Drift{}, nil
+	}
+	gen, genOK := f.generation()
+	if genOK && f.genOK && gen == f.gen && f.listing != nil {
+		return agent.Drift{}, nil
+	}
+	got, missing, err := f.list(ctx)
+	if err != nil {
+		return agent.Drift{}, err
+	}
+	var drift agent.Drift
+	switch diff := listingDiff(f.listing, got); {
+	case missing:
+		drift = agent.Drift{Kind: agent.DriftMissing, Detail: "table " + nft.Family + " " + nft.Table + " not found"}
+	case f.listing == nil:
+		// No listing was taken after the apply: this one is the reference from now on.
+		f.listing, f.gen, f.genOK = got, gen, genOK
+		return agent.Drift{}, nil
+	case diff == "":
+		f.gen, f.genOK = gen, genOK
+		return agent.Drift{}, nil
+	default:
+		drift = agent.Drift{Kind: agent.DriftChanged, Detail: diff}
+	}
+	var before map[string]nft.CounterValue
+	if !missing {
+		before, _ = f.read(ctx)
+	}
+	if err := f.load(ctx, f.applied); err != nil {
+		return drift, fmt.Errorf("re-applying nftables ruleset: %w", err)
+	}
+	f.carry(before)
+	f.record(ctx)
+	return drift, nil
+}
+
+// record takes the reference listing of the table just applied.
+func (f *Firewall) record(ctx context.Context) {
+	gen, genOK := f.generation()
+	got, missing, err := f.list(ctx)
+	if err != nil || missing {
+		f.listing, f.genOK = nil, false
+		return
+	}
+	f.listing, f.gen, f.genOK = got, gen, genOK
+}
+
+// generation reads the namespace's nftables generation, when Generation is set and works.
+func (f *Firewall) generation() (uint32, bool) {
+	if f.Generation == nil {
+		return 0, false
+	}
+	gen, err := f.Generation()
+	return gen, err == nil
+}
+
+// list returns the table's stateless listing, normalised, or missing when there is no table.
+func (f *Firewall) list(ctx context.Context) (lines []string, missing bool, err error) {
+	cmd := exec.CommandContext(ctx, f.nft(), "-s", "list", "table", nft.Family, nft.Table)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && strings.Contains(stderr.String(), "No such file or directory") {
+			return nil, true, nil
+		}
+		return nil, false, fmt.Errorf("listing nftables table: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return normalizeListing(stdout.String()), false, nil
 }
 
 // OpenStartupGate removes the startup gate (nft.StartupGate); nothing happens without one.
@@ -64,7 +164,7 @@ func (f *Firewall) Remove(ctx context.Context) error {
 	if err := f.load(ctx, nft.RemoveRuleset+nft.OpenStartupGate); err != nil {
 		return err
 	}
-	f.applied = ""
+	f.applied, f.listing, f.genOK = "", nil, false
 	return nil
 }
 
@@ -106,6 +206,10 @@ func (f *Firewall) Counters(ctx context.Context) (map[string]nft.CounterValue, e
 func (f *Firewall) read(ctx context.Context) (map[string]nft.CounterValue, error) {
 	out, err := exec.CommandContext(ctx, f.nft(), "-j", "list", "counters", "table", nft.Family, nft.Table).Output()
 	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return nil, fmt.Errorf("reading nftables counters: %w: %s", err, strings.TrimSpace(string(exit.Stderr)))
+		}
 		return nil, fmt.Errorf("reading nftables counters: %w", err)
 	}
 	return nft.ParseCounters(out)

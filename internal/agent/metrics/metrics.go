@@ -1,5 +1,6 @@
-// Package metrics exposes the gateway's per-peer tunnel and authorization figures to
-// Prometheus. Labels are names only (namespace, gateway, peer, direction): never a key.
+// Package metrics exposes the gateway's per-peer tunnel and authorization figures, and its
+// ruleset repairs, to Prometheus. Labels are names only (namespace, gateway, peer, direction):
+// never a key.
 package metrics
 
 import (
@@ -14,11 +15,18 @@ import (
 type Collector struct {
 	Namespace, Gateway string
 	Snapshot           func() agent.Snapshot
+	// Repairs is the engine's count of ruleset repairs (agent.Engine.Repairs); nil leaves the
+	// metric out.
+	Repairs func() uint64
 }
 
 var (
+	gwLabels  = []string{"namespace", "gateway"}
 	labels    = []string{"namespace", "gateway", "peer"}
 	dirLabels = []string{"namespace", "gateway", "peer", "direction"}
+
+	descRepairs = prometheus.NewDesc("bnerd_vpn_ruleset_repairs_total",
+		"Times the agent found the gateway's nftables table missing or changed and re-applied the rendered ruleset.", gwLabels, nil)
 
 	descUp         = prometheus.NewDesc("bnerd_vpn_peer_up", "1 when the peer's tunnel is established.", labels, nil)
 	descAuthorized = prometheus.NewDesc("bnerd_vpn_peer_authorized", "1 when the peer holds a valid grant.", labels, nil)
@@ -33,13 +41,16 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descAuthorized, descBytes, descPackets, descEstab, descRekeys, descHandshake, descDrops, descDropBytes} {
+	for _, d := range []*prometheus.Desc{descUp, descAuthorized, descBytes, descPackets, descEstab, descRekeys, descHandshake, descDrops, descDropBytes, descRepairs} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	if c.Repairs != nil {
+		ch <- prometheus.MustNewConstMetric(descRepairs, prometheus.CounterValue, float64(c.Repairs()), c.Namespace, c.Gateway)
+	}
 	snap := c.Snapshot()
 	for name, p := range snap.Peers {
 		l := []string{c.Namespace, c.Gateway, name}
