@@ -2,11 +2,17 @@ package firewall
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
@@ -80,4 +86,236 @@ func writeWrapper(t *testing.T, ns string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// driftRuleset has the rendered table's parts: named counters, an interval map to counters, an
+// interval set of concatenations, a hash map, NAT and filter chains; a ping to 192.0.2.1
+// counts in peer_a_in.
+const driftRuleset = `table ip bnerd_vpn {}
+delete table ip bnerd_vpn
+table ip bnerd_vpn {
+	counter peer_a_in {}
+	counter peer_b_in {}
+	map peer_in {
+		type ipv4_addr : counter
+		flags interval
+		elements = { 203.0.113.0/28 : "peer_a_in", 203.0.113.16/28 : "peer_b_in", 198.51.100.0/25 : "peer_b_in" }
+	}
+	set fwd_grants {
+		type ipv4_addr . ipv4_addr . inet_proto . inet_service
+		flags interval
+		elements = { 203.0.113.0/28 . 100.64.7.10 . tcp . 443, 198.51.100.0/25 . 100.64.7.11 . tcp . 5432 }
+	}
+	map fwd_dnat {
+		type ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service
+		elements = { 100.64.7.10 . tcp . 443 : 192.0.2.10 . 443, 100.64.7.11 . tcp . 5432 : 192.0.2.20 . 5432,
+			100.64.7.12 . tcp . 22 : 192.0.2.30 . 22 }
+	}
+	chain prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		ip saddr . ip daddr . meta l4proto . th dport @fwd_grants dnat ip to ip daddr . meta l4proto . th dport map @fwd_dnat
+	}
+	chain forward {
+		type filter hook forward priority filter; policy drop;
+		ct state established,related accept
+		counter name ip saddr map @peer_in drop
+	}
+	chain input {
+		type filter hook input priority filter; policy accept;
+		icmp type echo-request counter name "peer_a_in"
+	}
+}
+`
+
+// Verify against real nftables in a namespace: a deleted table, a flushed ruleset and changed
+// rules, elements or policies are re-applied — the table lists as it did after the apply, and
+// counters carry over where the drifted table could still be read — while an unchanged table
+// costs no transaction at all. Both ways of noticing: the kernel's generation first, and
+// listing every time.
+func TestVerifyRepairsDrift(t *testing.T) {
+	netns.Skip(t, "nft", "ping")
+	for _, mode := range []string{"generation", "listing"} {
+		t.Run(mode, func(t *testing.T) {
+			ns := netns.NewRun(t, "bfv").NS("gw")
+			ns.MustRun("ip", "addr", "add", "192.0.2.1/32", "dev", "lo")
+			gen := func() (uint32, error) {
+				var g uint32
+				err := inNS(ns.Name, func() (err error) { g, err = KernelGeneration(); return err })
+				return g, err
+			}
+			f := &Firewall{NFT: writeWrapper(t, ns.Name)}
+			if mode == "generation" {
+				f.Generation = gen
+			}
+			testVerify(t, ns, f, gen)
+		})
+	}
+}
+
+func testVerify(t *testing.T, ns *netns.NS, f *Firewall, gen func() (uint32, error)) {
+	ctx := context.Background()
+	if d, err := f.Verify(ctx); err != nil || d.Drifted() {
+		t.Fatalf("Verify before any apply: %+v %v", d, err)
+	}
+	if err := f.Apply(ctx, driftRuleset); err != nil {
+		t.Fatal(err)
+	}
+	applied := ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn")
+	pings := 0
+	ping := func(n int) {
+		t.Helper()
+		ns.MustRun("ping", "-c", strconv.Itoa(n), "-i", "0.01", "-W", "1", "192.0.2.1")
+		pings += n
+	}
+	counted := func() uint64 {
+		t.Helper()
+		c, err := f.Counters(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c["peer_a_in"].Packets
+	}
+	generation := func() uint32 {
+		t.Helper()
+		g, err := gen()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+
+	// Unchanged: nothing found, nothing re-applied (the namespace's generation stays).
+	ping(2)
+	g := generation()
+	for range 3 {
+		if d, err := f.Verify(ctx); err != nil || d.Drifted() {
+			t.Fatalf("unchanged table: %+v %v", d, err)
+		}
+	}
+	if after := generation(); after != g {
+		t.Fatalf("Verify of an unchanged table ran %d transactions", after-g)
+	}
+	// Another table changing moves the generation but is none of the gateway's business.
+	ns.MustRun("nft", "add", "table", "ip", "someone_else")
+	if d, err := f.Verify(ctx); err != nil || d.Drifted() {
+		t.Fatalf("another table added: %+v %v", d, err)
+	}
+
+	cases := []struct {
+		name     string
+		sabotage []string // one nft command, run inside the namespace
+		kind     string
+		detail   string // part of the Drift's detail
+		counts   bool   // the counters could be read before the repair
+	}{
+		{"table deleted", []string{"delete", "table", "ip", "bnerd_vpn"}, agent.DriftMissing, "not found", false},
+		{"ruleset flushed", []string{"flush", "ruleset"}, agent.DriftMissing, "not found", false},
+		{"accept-all inserted", []string{"insert", "rule", "ip", "bnerd_vpn", "forward", "accept"}, agent.DriftChanged,
+			`chain forward: "accept" found where "ct state established,related accept" was applied`, true},
+		{"rule replaced", nil, agent.DriftChanged, `chain forward: "ip saddr 203.0.113.0/24 accept" found where "counter name ip saddr map @peer_in drop"`, true},
+		{"grant element added", []string{"add", "element", "ip", "bnerd_vpn", "fwd_grants", "{ 203.0.113.16/28 . 100.64.7.10 . tcp . 443 }"},
+			agent.DriftChanged, `set fwd_grants: "203.0.113.16/28 . 100.64.7.10 . tcp . 443"`, true},
+		{"DNAT element changed", nil, agent.DriftChanged, `map fwd_dnat: "100.64.7.12 . tcp . 22 : 192.0.2.99 . 22"`, true},
+		{"policy changed", []string{"add", "chain", "ip", "bnerd_vpn", "forward", "{ type filter hook forward priority filter; policy accept; }"},
+			agent.DriftChanged, `policy accept;" found where`, true},
+		{"chain flushed", []string{"flush", "chain", "ip", "bnerd_vpn", "input"}, agent.DriftChanged, `chain input: "}" found where "icmp type`, true},
+	}
+	for _, c := range cases {
+		total := counted()
+		if total != uint64(pings) {
+			t.Fatalf("%s: counted %d pings of %d before the sabotage", c.name, total, pings)
+		}
+		switch c.name {
+		case "rule replaced":
+			handle := ruleHandle(t, ns, "forward", "counter name ip saddr map @peer_in drop")
+			ns.MustRun("nft", "replace", "rule", "ip", "bnerd_vpn", "forward", "handle", handle, "ip", "saddr", "203.0.113.0/24", "accept")
+		case "DNAT element changed":
+			ns.MustRun("nft", "delete", "element", "ip", "bnerd_vpn", "fwd_dnat", "{ 100.64.7.12 . tcp . 22 }")
+			ns.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_dnat", "{ 100.64.7.12 . tcp . 22 : 192.0.2.99 . 22 }")
+		default:
+			ns.MustRun(append([]string{"nft"}, c.sabotage...)...)
+		}
+		d, err := f.Verify(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if d.Kind != c.kind || !strings.Contains(d.Detail, c.detail) {
+			t.Errorf("%s: found %+v, want %s with %q", c.name, d, c.kind, c.detail)
+		}
+		if got := ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"); got != applied {
+			t.Fatalf("%s: after the repair the table lists\n%s\nwant\n%s", c.name, got, applied)
+		}
+		if d, err := f.Verify(ctx); err != nil || d.Drifted() {
+			t.Fatalf("%s: Verify after the repair: %+v %v", c.name, d, err)
+		}
+		// The repaired table counts again; what the drifted one had counted is kept where it
+		// could be read.
+		ping(1)
+		want := uint64(pings)
+		if !c.counts {
+			want = uint64(pings) - total // the deleted table's counts are gone
+			pings = int(want)
+		}
+		if got := counted(); got != want {
+			t.Errorf("%s: counter %d after the repair, want %d", c.name, got, want)
+		}
+	}
+	// A table taken away by Remove is not the gateway's any more: no repair.
+	if err := f.Remove(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := f.Verify(ctx); err != nil || d.Drifted() {
+		t.Fatalf("Verify after Remove: %+v %v", d, err)
+	}
+	if out, err := ns.Run("nft", "list", "table", "ip", "bnerd_vpn"); err == nil {
+		t.Fatalf("the removed table came back:\n%s", out)
+	}
+}
+
+// ruleHandle is the handle of the chain's rule that lists as rule.
+func ruleHandle(t *testing.T, ns *netns.NS, chain, rule string) string {
+	t.Helper()
+	for _, line := range strings.Split(ns.MustRun("nft", "-a", "-s", "list", "chain", "ip", "bnerd_vpn", chain), "\n") {
+		if r, h, ok := strings.Cut(strings.TrimSpace(line), " # handle "); ok && r == rule {
+			return h
+		}
+	}
+	t.Fatalf("no rule %q in chain %s", rule, chain)
+	return ""
+}
+
+// inNS runs f on an OS thread switched into the named network namespace (see the e2e tests'
+// inNetns): netlink sockets opened by f belong to that namespace.
+func inNS(name string, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer unix.Close(orig)
+		target, err := unix.Open(filepath.Join("/run/netns", name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer unix.Close(target)
+		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		ferr := f()
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			errc <- errors.Join(ferr, err)
+			return // the thread stays locked and dies with this goroutine
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
 }
