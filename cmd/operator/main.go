@@ -29,6 +29,7 @@ func command() *cobra.Command {
 		cfg                                               operator.Config
 		pool                                              string
 		internal                                          []string
+		podCIDRs, svcCIDRs, nodeCIDRs, allowedTargets     []string
 		qps                                               float32
 		burst                                             int
 		zapOpts                                           = zap.Options{}
@@ -47,8 +48,20 @@ func command() *cobra.Command {
 				return fmt.Errorf("--service-cidr-pool %q: %w", pool, err)
 			}
 			cfg.Model.PoolCIDR = p
-			if cfg.Model.InternalSourceCIDRs, err = operator.ParsePrefixes("--internal-source-cidrs", internal); err != nil {
-				return err
+			for _, l := range []struct {
+				flag string
+				in   []string
+				out  *[]netip.Prefix
+			}{
+				{"--internal-source-cidrs", internal, &cfg.Model.InternalSourceCIDRs},
+				{"--cluster-pod-cidrs", podCIDRs, &cfg.Model.ClusterPodCIDRs},
+				{"--cluster-service-cidrs", svcCIDRs, &cfg.Model.ClusterServiceCIDRs},
+				{"--node-cidrs", nodeCIDRs, &cfg.Model.NodeCIDRs},
+				{"--allowed-target-cidrs", allowedTargets, &cfg.Model.AllowedTargetCIDRs},
+			} {
+				if *l.out, err = operator.ParsePrefixes(l.flag, l.in); err != nil {
+					return err
+				}
 			}
 			switch pp := corev1.PullPolicy(pullPolicy); pp {
 			case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
@@ -83,6 +96,10 @@ func command() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&pool, "service-cidr-pool", model.DefaultPoolCIDR.String(), "pool gateways' service CIDRs (/24 each) are allocated from; must lie inside 100.64.0.0/10")
 	f.StringSliceVar(&internal, "internal-source-cidrs", nil, "address ranges allowed to initiate toward reverse exposures (pod CIDR, ClusterLink ranges); reverse exposures stay inactive until set")
+	f.StringSliceVar(&podCIDRs, "cluster-pod-cidrs", nil, "the cluster's pod CIDRs: no peer's subnets may overlap them")
+	f.StringSliceVar(&svcCIDRs, "cluster-service-cidrs", nil, "the cluster's Service CIDRs: no peer's subnets may overlap them")
+	f.StringSliceVar(&nodeCIDRs, "node-cidrs", nil, "the networks of the cluster's nodes: no peer's subnets may overlap them")
+	f.StringSliceVar(&allowedTargets, "allowed-target-cidrs", nil, "when set, the only ranges exposure targets may lie in (as resolved: include the Service and pod CIDRs for Service targets)")
 	f.StringVar(&cfg.Render.AgentImage, "agent-image", "ghcr.io/bnerd/vpn-gateway-agent:latest", "gateway agent image")
 	f.StringVar(&cfg.Render.StrongSwanImage, "strongswan-image", "ghcr.io/bnerd/vpn-gateway-strongswan:latest", "strongSwan (charon) image")
 	f.StringVar(&pullPolicy, "image-pull-policy", "IfNotPresent", "pull policy of the gateway images (Always, IfNotPresent, Never)")

@@ -14,6 +14,7 @@ import (
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/ipam"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
 
 // allocator is the operator's service-CIDR pool, rebuilt from the gateways' status the first
@@ -96,4 +97,16 @@ func (a *allocator) release(namespace, name string) {
 		go func() { a.wake <- event.GenericEvent{Object: gw} }()
 	}
 	clear(a.waiting)
+}
+
+// othersHolding returns, for each address, the other gateway whose service CIDR contains it.
+func (a *allocator) othersHolding(gw *vpnv1.VPNGateway, addrs []netip.Addr) []model.GatewayCIDR {
+	self := ownerKey(gw.Namespace, gw.Name)
+	var out []model.GatewayCIDR
+	for _, addr := range addrs {
+		if owner, cidr, ok := a.pool.HolderOf(addr, self); ok {
+			out = append(out, model.GatewayCIDR{Gateway: owner, CIDR: cidr})
+		}
+	}
+	return out
 }

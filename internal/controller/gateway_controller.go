@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -299,18 +300,57 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 		}
 		services[svc.Name] = serviceTarget(svc, endpoints.Items, toEndpoint)
 	}
+	nodes, err := r.nodeAddresses(ctx)
+	if err != nil {
+		return err
+	}
 	s.built, s.buildErrs = model.Build(model.Input{
-		Gateway:       s.gw,
-		Peers:         s.peers,
-		Config:        r.Options.Model,
-		ServiceCIDR:   s.serviceCIDR,
-		Services:      services,
-		PublicAddress: s.endpoint.publicAddress,
+		Gateway:           s.gw,
+		Peers:             s.peers,
+		Config:            r.Options.Model,
+		ServiceCIDR:       s.serviceCIDR,
+		Services:          services,
+		PublicAddress:     s.endpoint.publicAddress,
+		NodeAddresses:     nodes,
+		OtherServiceCIDRs: r.alloc.othersHolding(s.gw, targetAddresses(s.gw, services)),
 	})
 	if s.built == nil && len(s.buildErrs) > 0 && !s.configWasInvalid() {
 		r.Recorder.Eventf(s.gw, nil, corev1.EventTypeWarning, s.buildErrs[0].Reason, "Validate", "%s", truncate(joinErrors(s.buildErrs), 1000))
 	}
 	return nil
+}
+
+// nodeAddresses lists every node's addresses (exposure targets may not be a node).
+func (r *GatewayReconciler) nodeAddresses(ctx context.Context) ([]netip.Addr, error) {
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	var out []netip.Addr
+	for _, n := range nodes.Items {
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out, nil
+}
+
+// targetAddresses are the exposures' target addresses, literal or resolved.
+func targetAddresses(gw *vpnv1.VPNGateway, services map[string]model.ServiceTarget) []netip.Addr {
+	var out []netip.Addr
+	for _, e := range gw.Spec.Exposures {
+		if a, err := netip.ParseAddr(e.Target.Address); err == nil {
+			out = append(out, a)
+		}
+		if e.Target.Service != nil {
+			if st, ok := services[e.Target.Service.Name]; ok && st.Address.IsValid() {
+				out = append(out, st.Address)
+			}
+		}
+	}
+	return out
 }
 
 func (s *gatewayScope) configWasInvalid() bool {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -40,6 +42,8 @@ type PeerReconciler struct {
 	// APIReader reads Secrets directly: the cache holds only their metadata.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
+	// Model is the operator's configuration the decision depends on (the cluster's ranges).
+	Model model.Config
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -48,7 +52,9 @@ func (r *PeerReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) err
 		For(&vpnv1.VPNPeer{}).
 		// Siblings and the gateway change a peer's decision through their spec (and existence) only.
 		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(r.siblings), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&vpnv1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.peersOfGateway), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// ... and through the service CIDR and public address it was given (the scope).
+		Watches(&vpnv1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.peersOfGateway),
+			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, scopeChanged))).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.peersOfSecret)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("vpnpeer").
@@ -141,12 +147,31 @@ func (r *PeerReconciler) decide(ctx context.Context, peer *vpnv1.VPNPeer) (model
 			peers = append(peers, p)
 		}
 	}
-	decisions, _ := model.Authorize(gw, peers)
+	decisions, _ := model.Authorize(gw, peers, PeerScope(gw, r.Model))
 	d, found := decisions[peer.Name]
 	if !found { // the cache has not seen this peer in the list yet; try again shortly
 		return model.Decision{}, fmt.Errorf("peer %s not yet in the cache's peer list", peer.Name)
 	}
 	return d, nil
+}
+
+// PeerScope is what a gateway's peers are checked against, from what the gateway's status
+// says was assigned: the gateway reconciler builds its model from the same values.
+func PeerScope(gw *vpnv1.VPNGateway, cfg model.Config) model.Scope {
+	scope := model.Scope{LocalID: model.GatewayLocalID(gw, gw.Status.PublicAddress), Config: cfg}
+	if c, err := netip.ParsePrefix(gw.Status.ServiceCIDR); err == nil {
+		scope.ServiceCIDR = c
+	}
+	return scope
+}
+
+// scopeChanged passes gateway updates that change what peers are checked against.
+var scopeChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*vpnv1.VPNGateway)
+		n, ok2 := e.ObjectNew.(*vpnv1.VPNGateway)
+		return ok1 && ok2 && (o.Status.ServiceCIDR != n.Status.ServiceCIDR || o.Status.PublicAddress != n.Status.PublicAddress)
+	},
 }
 
 // credentials checks that the Secrets the peer needs exist and hold their keys, without ever

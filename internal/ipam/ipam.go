@@ -106,6 +106,20 @@ func (p *Pool) Lookup(owner string) (netip.Prefix, bool) {
 	return cidr, ok
 }
 
+// HolderOf returns the owner whose CIDR contains a, other than except, and that CIDR.
+func (p *Pool) HolderOf(a netip.Addr, except string) (owner string, cidr netip.Prefix, ok bool) {
+	if !a.Is4() {
+		return "", netip.Prefix{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := uint64(addrToU32(a))
+	if s := p.overlapping(v, v, except); s != nil {
+		return s.owner, s.cidr, true
+	}
+	return "", netip.Prefix{}, false
+}
+
 // Seed is one gateway's known addresses when the pool is rebuilt.
 type Seed struct {
 	Owner string

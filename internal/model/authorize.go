@@ -9,28 +9,89 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 )
 
-// authorize implements Authorize; see its doc comment and DESIGN.md "Authorization semantics".
+// Scope is what a gateway's peers are checked against besides each other: the gateway's own
+// service CIDR and identity, and the cluster's ranges from the operator's configuration.
+type Scope struct {
+	// ServiceCIDR of the gateway; invalid (zero) while none is assigned yet.
+	ServiceCIDR netip.Prefix
+	// LocalID is the gateway's own IKE identity (spec.ipsec.localID, else its public address;
+	// see GatewayLocalID); empty when not known yet.
+	LocalID string
+	Config  Config
+}
+
+// GatewayLocalID is the gateway's IKE identity: spec.ipsec.localID, else its public address.
+func GatewayLocalID(gw *vpnv1.VPNGateway, publicAddress string) string {
+	if gw != nil && gw.Spec.IPsec != nil && gw.Spec.IPsec.LocalID != "" {
+		return gw.Spec.IPsec.LocalID
+	}
+	return publicAddress
+}
+
+// reservedRange is a range no peer subnet may overlap, with the reason and what it is.
+type reservedRange struct {
+	prefix netip.Prefix
+	reason string
+	what   string
+}
+
+// reservedRanges lists the ranges of the scope, the gateway's service CIDR first.
+func (s Scope) reservedRanges() []reservedRange {
+	var out []reservedRange
+	if s.ServiceCIDR.IsValid() {
+		out = append(out, reservedRange{s.ServiceCIDR.Masked(), ReasonSubnetOverlapsServiceCIDR, "the gateway's service CIDR"})
+	}
+	add := func(what string, ps []netip.Prefix) {
+		for _, p := range ps {
+			if p.IsValid() {
+				out = append(out, reservedRange{p.Masked(), ReasonSubnetOverlapsClusterRange, what})
+			}
+		}
+	}
+	add("the cluster's pod CIDR", s.Config.ClusterPodCIDRs)
+	add("the cluster's service CIDR", s.Config.ClusterServiceCIDRs)
+	add("the node network", s.Config.NodeCIDRs)
+	add("the internal source CIDRs", s.Config.InternalSourceCIDRs)
+	return out
+}
+
+// verdict is one peer's decision and the subnets its tunnel carries or is denied.
+type verdict struct {
+	Decision
+	tunnel, withheld []netip.Prefix
+}
+
+// authorize implements Authorize; see its doc comment and DESIGN.md "Authorization semantics"
+// and "Security model".
 //
-// The decision is taken in five steps, in this order:
-//  1. a peer whose protocol section does not match the gateway's is dark (ProtocolMismatch);
+// The decision is taken in these steps, in this order:
+//  1. a peer whose protocol section does not match the gateway's is dark and has no tunnel
+//     (ProtocolMismatch);
 //  2. exactly one peer without an authorization block reaches everything (DefaultAllow);
-//  3. otherwise the peer's own block decides (NoGrants, UnknownGrant or Authorized);
-//  4. a peer that would be allowed and whose subnets overlap an older peer's is dark
-//     (SubnetConflict); every overlapping pair is a gateway problem;
-//  5. a peer that would be allowed and holds a reverse exposure whose target is outside its
-//     subnets is dark (ReverseExposureOutsideSubnets); each such grant is a gateway problem
-//     naming the peers that do hold a valid grant.
+//     otherwise the peer's own block decides (NoGrants, UnknownGrant or Authorized);
+//  3. oldest first, a peer whose identity (IKE remote ID, WireGuard public key) is an older
+//     peer's or the gateway's own is dark and has no tunnel (DuplicateIdentity): a PSK proves
+//     one identity;
+//  4. a peer's subnets overlapping the gateway's service CIDR or the cluster's ranges are
+//     withheld from its tunnel and the peer is dark (SubnetOverlapsServiceCIDR,
+//     SubnetOverlapsClusterRange);
+//  5. a peer's subnets overlapping any older peer's (authorized, dark or conflicting) are
+//     withheld from its tunnel and the peer is dark (SubnetConflict); every overlapping pair is
+//     a gateway problem. Tunnels are thereby pairwise disjoint (one source, one tunnel);
+//  6. a peer still allowed that holds a reverse exposure whose target is outside its subnets
+//     is dark (ReverseExposureOutsideSubnets); each such grant is a gateway problem naming the
+//     peers that do hold a valid grant.
 //
 // Nothing here iterates a map into an output, so decisions and messages are stable.
-func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer) (map[string]Decision, []Problem) {
-	out := make(map[string]Decision, len(peers))
+func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[string]verdict, []Problem) {
+	out := make(map[string]verdict, len(peers))
 	if gw == nil {
 		for i := range peers {
 			p := &peers[i]
-			out[p.Name] = Decision{
+			out[p.Name] = verdict{Decision: Decision{
 				Reason:  ReasonGatewayNotFound,
 				Message: fmt.Sprintf("gateway %q not found", p.Spec.GatewayRef),
-			}
+			}, withheld: parsedSubnets(peerSubnets(gw, p))}
 		}
 		return out, nil
 	}
@@ -43,8 +104,9 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer) (map[string]Decision
 			reverseTarget[r.Name] = r.Target.Address
 		}
 	}
+	reserved := scope.reservedRanges()
 
-	// Oldest first (creation time, then name): the order of step 4 and of its problems.
+	// Oldest first (creation time, then name): the order of steps 3 to 5 and of their problems.
 	ordered := make([]*vpnv1.VPNPeer, len(peers))
 	for i := range peers {
 		ordered[i] = &peers[i]
@@ -53,28 +115,101 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer) (map[string]Decision
 
 	type state struct {
 		peer     *vpnv1.VPNPeer
-		subnets  []netip.Prefix
+		subnets  []netip.Prefix // as declared
+		tunnel   []netip.Prefix
+		withheld []netip.Prefix
 		decision Decision
-		// rev is the peer's reverse-exposure grant while it would be allowed (steps 2-3).
+		// rev is the peer's reverse-exposure grant while it would be allowed.
 		rev []string
 	}
 	states := make([]*state, len(ordered))
-	byName := make(map[string]*state, len(ordered))
 	for i, p := range ordered {
 		st := &state{peer: p, subnets: parsedSubnets(peerSubnets(gw, p))}
 		st.decision, st.rev = decideGrant(gw, p, len(peers), exposures, reverse)
 		states[i] = st
-		byName[p.Name] = st
+	}
+	// refuse makes a peer dark with the first refusal found: a later, less fundamental step
+	// never replaces an earlier step's reason.
+	refused := make(map[*state]bool, len(states))
+	refuse := func(st *state, reason, msg string) {
+		if refused[st] {
+			return
+		}
+		refused[st] = true
+		st.decision = Decision{Reason: reason, Message: msg}
+		st.rev = nil
 	}
 
 	var problems []Problem
+	localID := normalizeID(scope.LocalID)
+	ids := make(map[string]string, len(states)) // normalized identity -> peer holding it
+	for j, st := range states {
+		if st.decision.Reason == ReasonProtocolMismatch {
+			refused[st] = true
+			st.withheld = st.subnets
+			continue
+		}
 
-	// Step 4: subnet conflicts, pairwise over every peer (a dark peer still has a tunnel).
-	for j, young := range states {
-		var conflicts []string
+		// Step 3: identities.
+		id, key, idWhat := peerIdentity(gw, st.peer)
+		switch other, taken := ids[key]; {
+		case id == "":
+		case key == "" || strings.Contains(id, "*"):
+			refuse(st, ReasonInvalidIdentity, fmt.Sprintf("%s %q matches more than one identity; a pre-shared key must prove exactly one", idWhat, id))
+		case gw.Spec.Protocol == vpnv1.ProtocolIPsec && localID != "" && key == localID:
+			refuse(st, ReasonDuplicateIdentity, fmt.Sprintf("%s %q is the gateway's own IKE identity; a peer must present its own", idWhat, id))
+			problems = append(problems, Problem{Reason: ReasonIdentityConflict,
+				Message: fmt.Sprintf("peer %q presents the gateway's own IKE identity %q; it gets no tunnel", st.peer.Name, id)})
+		case taken:
+			refuse(st, ReasonDuplicateIdentity, fmt.Sprintf("%s %q is already that of older peer %q; only the older one gets a tunnel", idWhat, id, other))
+			problems = append(problems, Problem{Reason: ReasonIdentityConflict,
+				Message: fmt.Sprintf("peers %q and %q have the same %s %q; only the older, %q, gets a tunnel", other, st.peer.Name, idWhat, id, other)})
+		default:
+			ids[key] = st.peer.Name
+		}
+		if refused[st] {
+			st.withheld = st.subnets
+			continue
+		}
+
+		// Steps 4 and 5: subnets, each installed or withheld.
+		var reservedHits, conflicts []string
+		reservedReason := ""
+		for _, c := range st.subnets {
+			withhold := false
+			for _, r := range reserved {
+				if c.Overlaps(r.prefix) {
+					if reservedReason == "" {
+						reservedReason = r.reason
+					}
+					reservedHits = append(reservedHits, fmt.Sprintf("%s overlaps %s %s", c, r.what, r.prefix))
+					withhold = true
+				}
+			}
+			if withhold {
+				st.withheld = append(st.withheld, c)
+				continue
+			}
+			for i := 0; i < j; i++ {
+				old := states[i]
+				if slices.ContainsFunc(old.subnets, c.Overlaps) {
+					withhold = true
+					break
+				}
+			}
+			if withhold {
+				st.withheld = append(st.withheld, c)
+				continue
+			}
+			st.tunnel = append(st.tunnel, c)
+		}
+		if len(reservedHits) > 0 {
+			refuse(st, reservedReason, strings.Join(reservedHits, "; ")+
+				"; these subnets get no tunnel and the peer is dark until they are removed")
+		}
 		for i := 0; i < j; i++ {
 			old := states[i]
-			pairs := overlappingPairs(young.subnets, old.subnets)
+			pairs := overlappingPairs(st.subnets, old.subnets)
 			if len(pairs) == 0 {
 				continue
 			}
@@ -82,20 +217,17 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer) (map[string]Decision
 			conflicts = append(conflicts, fmt.Sprintf("%q: %s", old.peer.Name, list))
 			problems = append(problems, Problem{
 				Reason: ReasonSubnetOverlap,
-				Message: fmt.Sprintf("subnets of peer %q overlap those of older peer %q: %s; only the older one can be authorized",
-					young.peer.Name, old.peer.Name, list),
+				Message: fmt.Sprintf("subnets of peer %q overlap those of older peer %q: %s; the younger gets no tunnel for them and cannot be authorized",
+					st.peer.Name, old.peer.Name, list),
 			})
 		}
-		if len(conflicts) > 0 && young.decision.Authorized {
-			young.decision = Decision{
-				Reason:  ReasonSubnetConflict,
-				Message: "subnets overlap those of older peer " + strings.Join(conflicts, "; "),
-			}
-			young.rev = nil
+		if len(conflicts) > 0 {
+			refuse(st, ReasonSubnetConflict, "subnets overlap those of older peer "+strings.Join(conflicts, "; ")+
+				"; the overlapping subnets get no tunnel (one source, one tunnel)")
 		}
 	}
 
-	// Step 5: reverse exposures are single-grantee; the target must be inside the peer's subnets.
+	// Step 6: reverse exposures are single-grantee; the target must be inside the peer's subnets.
 	type violation struct{ rev, peer string }
 	var violations []violation
 	for _, st := range states {
@@ -105,12 +237,12 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer) (map[string]Decision
 		var msgs []string
 		for _, r := range st.rev {
 			target := reverseTarget[r]
-			if addrInPrefixes(target, st.subnets) {
+			if addrInPrefixes(target, st.tunnel) {
 				continue
 			}
 			violations = append(violations, violation{rev: r, peer: st.peer.Name})
 			msgs = append(msgs, fmt.Sprintf("reverse exposure %q targets %s, which is not inside this peer's subnets (%s)",
-				r, target, joinPrefixes(st.subnets)))
+				r, target, joinPrefixes(st.tunnel)))
 		}
 		if len(msgs) > 0 {
 			st.decision = Decision{
@@ -151,9 +283,43 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer) (map[string]Decision
 	}
 
 	for _, st := range states {
-		out[st.peer.Name] = st.decision
+		out[st.peer.Name] = verdict{Decision: st.decision, tunnel: st.tunnel, withheld: st.withheld}
 	}
 	return out, problems
+}
+
+// peerIdentity is what authenticates the peer on the gateway's protocol — the IKE remote ID
+// (the address when no ID is given) or the WireGuard public key — the key it is compared
+// under (empty for a wildcard) and what to call it. An empty id: nothing to compare.
+func peerIdentity(gw *vpnv1.VPNGateway, p *vpnv1.VPNPeer) (id, key, what string) {
+	switch {
+	case gw.Spec.Protocol == vpnv1.ProtocolIPsec && p.Spec.IPsec != nil:
+		id = p.Spec.IPsec.Peer.ID
+		if id == "" {
+			id = p.Spec.IPsec.Peer.Address
+		}
+		if strings.HasPrefix(id, "%") { // %any: strongSwan's wildcard
+			return id, "", "IKE identity"
+		}
+		return id, normalizeID(id), "IKE identity"
+	case gw.Spec.Protocol == vpnv1.ProtocolWireGuard && p.Spec.WireGuard != nil:
+		return p.Spec.WireGuard.PublicKey, "wg:" + p.Spec.WireGuard.PublicKey, "WireGuard public key"
+	}
+	return "", "", ""
+}
+
+// normalizeID folds the spellings under which strongSwan takes two IKE identities to be one:
+// case (FQDNs and e-mail addresses compare case-insensitively), a leading '@' of an FQDN, and
+// an IP address's notation.
+func normalizeID(id string) string {
+	id = strings.TrimSpace(id)
+	if a, err := netip.ParseAddr(id); err == nil {
+		return a.String()
+	}
+	if strings.HasPrefix(id, "@") && !strings.HasPrefix(id, "@#") {
+		id = id[1:]
+	}
+	return strings.ToLower(id)
 }
 
 // decideGrant takes steps 1-3 for one peer: the decision and, when allowed, the reverse

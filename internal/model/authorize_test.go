@@ -14,6 +14,9 @@ type wantDecision struct {
 	message    string // exact when set
 }
 
+// conflictHint ends every SubnetConflict message.
+const conflictHint = "; the overlapping subnets get no tunnel (one source, one tunnel)"
+
 func TestAuthorize(t *testing.T) {
 	ipsecGW := testGateway(vpnv1.ProtocolIPsec)
 	wgGW := testGateway(vpnv1.ProtocolWireGuard)
@@ -162,10 +165,10 @@ func TestAuthorize(t *testing.T) {
 			},
 			want: map[string]wantDecision{
 				"a": {true, ReasonAuthorized, ""},
-				"b": {false, ReasonSubnetConflict, `subnets overlap those of older peer "a": 10.20.1.0/24 overlaps 10.20.0.0/16`},
+				"b": {false, ReasonSubnetConflict, `subnets overlap those of older peer "a": 10.20.1.0/24 overlaps 10.20.0.0/16` + conflictHint},
 			},
 			problems: []Problem{{ReasonSubnetOverlap,
-				`subnets of peer "b" overlap those of older peer "a": 10.20.1.0/24 overlaps 10.20.0.0/16; only the older one can be authorized`}},
+				`subnets of peer "b" overlap those of older peer "a": 10.20.1.0/24 overlaps 10.20.0.0/16; the younger gets no tunnel for them and cannot be authorized`}},
 		},
 		{
 			name: "subnet conflict: same creation time, the later name is younger",
@@ -176,10 +179,10 @@ func TestAuthorize(t *testing.T) {
 			},
 			want: map[string]wantDecision{
 				"x": {true, ReasonAuthorized, ""},
-				"y": {false, ReasonSubnetConflict, `subnets overlap those of older peer "x": 10.20.0.0/16 overlaps 10.20.0.0/16`},
+				"y": {false, ReasonSubnetConflict, `subnets overlap those of older peer "x": 10.20.0.0/16 overlaps 10.20.0.0/16` + conflictHint},
 			},
 			problems: []Problem{{ReasonSubnetOverlap,
-				`subnets of peer "y" overlap those of older peer "x": 10.20.0.0/16 overlaps 10.20.0.0/16; only the older one can be authorized`}},
+				`subnets of peer "y" overlap those of older peer "x": 10.20.0.0/16 overlaps 10.20.0.0/16; the younger gets no tunnel for them and cannot be authorized`}},
 		},
 		{
 			name: "subnet conflict with a dark older peer still darkens the younger",
@@ -190,13 +193,13 @@ func TestAuthorize(t *testing.T) {
 			},
 			want: map[string]wantDecision{
 				"a": {false, ReasonNoGrants, MessageNoBlockMultiPeer},
-				"b": {false, ReasonSubnetConflict, `subnets overlap those of older peer "a": 10.20.0.0/16 overlaps 10.0.0.0/8`},
+				"b": {false, ReasonSubnetConflict, `subnets overlap those of older peer "a": 10.20.0.0/16 overlaps 10.0.0.0/8` + conflictHint},
 			},
 			problems: []Problem{{ReasonSubnetOverlap,
-				`subnets of peer "b" overlap those of older peer "a": 10.20.0.0/16 overlaps 10.0.0.0/8; only the older one can be authorized`}},
+				`subnets of peer "b" overlap those of older peer "a": 10.20.0.0/16 overlaps 10.0.0.0/8; the younger gets no tunnel for them and cannot be authorized`}},
 		},
 		{
-			name: "subnet conflict: a dark younger peer keeps its own reason",
+			name: "subnet conflict: a dark younger peer is SubnetConflict too (it gets no tunnel for the overlap)",
 			gw:   noRevGW,
 			peers: []vpnv1.VPNPeer{
 				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(1)),
@@ -204,10 +207,10 @@ func TestAuthorize(t *testing.T) {
 			},
 			want: map[string]wantDecision{
 				"a": {true, ReasonAuthorized, ""},
-				"b": {false, ReasonUnknownGrant, ""},
+				"b": {false, ReasonSubnetConflict, ""},
 			},
 			problems: []Problem{{ReasonSubnetOverlap,
-				`subnets of peer "b" overlap those of older peer "a": 10.20.0.0/24 overlaps 10.20.0.0/16; only the older one can be authorized`}},
+				`subnets of peer "b" overlap those of older peer "a": 10.20.0.0/24 overlaps 10.20.0.0/16; the younger gets no tunnel for them and cannot be authorized`}},
 		},
 		{
 			name: "subnet conflict with two older peers names both",
@@ -221,11 +224,11 @@ func TestAuthorize(t *testing.T) {
 				"a": {true, ReasonAuthorized, ""},
 				"b": {true, ReasonAuthorized, ""},
 				"c": {false, ReasonSubnetConflict,
-					`subnets overlap those of older peer "a": 10.0.0.0/8 overlaps 10.20.0.0/16; "b": 10.0.0.0/8 overlaps 10.30.0.0/16`},
+					`subnets overlap those of older peer "a": 10.0.0.0/8 overlaps 10.20.0.0/16; "b": 10.0.0.0/8 overlaps 10.30.0.0/16` + conflictHint},
 			},
 			problems: []Problem{
-				{ReasonSubnetOverlap, `subnets of peer "c" overlap those of older peer "a": 10.0.0.0/8 overlaps 10.20.0.0/16; only the older one can be authorized`},
-				{ReasonSubnetOverlap, `subnets of peer "c" overlap those of older peer "b": 10.0.0.0/8 overlaps 10.30.0.0/16; only the older one can be authorized`},
+				{ReasonSubnetOverlap, `subnets of peer "c" overlap those of older peer "a": 10.0.0.0/8 overlaps 10.20.0.0/16; the younger gets no tunnel for them and cannot be authorized`},
+				{ReasonSubnetOverlap, `subnets of peer "c" overlap those of older peer "b": 10.0.0.0/8 overlaps 10.30.0.0/16; the younger gets no tunnel for them and cannot be authorized`},
 			},
 		},
 		{
@@ -276,10 +279,10 @@ func TestAuthorize(t *testing.T) {
 			},
 			want: map[string]wantDecision{
 				"a": {true, ReasonAuthorized, ""},
-				"b": {false, ReasonSubnetConflict, `subnets overlap those of older peer "a": 10.20.0.0/24 overlaps 10.20.0.0/16`},
+				"b": {false, ReasonSubnetConflict, `subnets overlap those of older peer "a": 10.20.0.0/24 overlaps 10.20.0.0/16` + conflictHint},
 			},
 			problems: []Problem{{ReasonSubnetOverlap,
-				`subnets of peer "b" overlap those of older peer "a": 10.20.0.0/24 overlaps 10.20.0.0/16; only the older one can be authorized`}},
+				`subnets of peer "b" overlap those of older peer "a": 10.20.0.0/24 overlaps 10.20.0.0/16; the younger gets no tunnel for them and cannot be authorized`}},
 		},
 		{
 			name:  "no gateway: every peer GatewayNotFound",
@@ -295,7 +298,7 @@ func TestAuthorize(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, problems := Authorize(tt.gw, tt.peers)
+			got, problems := Authorize(tt.gw, tt.peers, Scope{})
 			if len(got) != len(tt.want) {
 				t.Errorf("got %d decisions, want %d: %+v", len(got), len(tt.want), got)
 			}
@@ -323,7 +326,7 @@ func TestAuthorize(t *testing.T) {
 			for range 5 {
 				shuffled := append([]vpnv1.VPNPeer(nil), tt.peers...)
 				r.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-				got2, problems2 := Authorize(tt.gw, shuffled)
+				got2, problems2 := Authorize(tt.gw, shuffled, Scope{})
 				if !reflect.DeepEqual(got, got2) || !reflect.DeepEqual(problems, problems2) {
 					t.Fatalf("shuffled peers changed the outcome:\n%+v %+v\n%+v %+v", got, problems, got2, problems2)
 				}
@@ -347,7 +350,7 @@ func TestAuthorizeFlipsWithPeerCount(t *testing.T) {
 		{[]vpnv1.VPNPeer{a}, Decision{true, ReasonDefaultAllow, "single-peer gateway: reaches every exposure and reverse exposure"}},
 	}
 	for i, s := range steps {
-		got, _ := Authorize(gw, s.peers)
+		got, _ := Authorize(gw, s.peers, Scope{})
 		if got["a"] != s.want {
 			t.Errorf("step %d (%d peers): a = %+v, want %+v", i, len(s.peers), got["a"], s.want)
 		}

@@ -26,6 +26,16 @@ type Input struct {
 	Services map[string]ServiceTarget
 	// PublicAddress from the endpoint, empty until known.
 	PublicAddress string
+	// NodeAddresses are the cluster's nodes' addresses: never an exposure target.
+	NodeAddresses []netip.Addr
+	// OtherServiceCIDRs are the other gateways' service CIDRs: never an exposure target.
+	OtherServiceCIDRs []GatewayCIDR
+}
+
+// GatewayCIDR is a gateway's service CIDR, with the gateway's namespace/name.
+type GatewayCIDR struct {
+	Gateway string
+	CIDR    netip.Prefix
 }
 
 // Defaults applied by Build where the spec leaves a setting out.
@@ -113,6 +123,7 @@ func Build(in Input) (*Gateway, []Error) {
 	if cidrOK && namesOK {
 		assignVirtualIPs(gw, out, &errs)
 	}
+	checkTargets(in, out, cidrOK, &errs)
 
 	for i, c := range in.Config.InternalSourceCIDRs {
 		if !c.IsValid() {
@@ -121,8 +132,12 @@ func Build(in Input) (*Gateway, []Error) {
 	}
 	out.InternalSourceCIDRs = slices.Clone(in.Config.InternalSourceCIDRs)
 
-	decisions, problems := Authorize(gw, in.Peers)
-	buildPeers(gw, in.Peers, decisions, out, &errs)
+	scope := Scope{LocalID: GatewayLocalID(gw, in.PublicAddress), Config: in.Config}
+	if cidrOK {
+		scope.ServiceCIDR = out.ServiceCIDR
+	}
+	verdicts, problems := authorize(gw, in.Peers, scope)
+	buildPeers(gw, in.Peers, verdicts, out, &errs)
 
 	if len(errs) > 0 {
 		return nil, errs
@@ -144,14 +159,20 @@ func Build(in Input) (*Gateway, []Error) {
 	return out, nil
 }
 
-// Authorize decides every peer's Authorized condition from the gateway spec and its peers
-// alone (pure, no addresses needed), keyed by peer name. Problems are gateway-level findings
-// (e.g. a reverse exposure granted to a peer whose subnets do not cover it, naming both peers).
+// Authorize decides every peer's Authorized condition from the gateway spec, its peers and
+// the scope (the gateway's service CIDR and identity, the cluster's ranges), keyed by peer
+// name. Problems are gateway-level findings (e.g. a reverse exposure granted to a peer whose
+// subnets do not cover it, naming both peers).
 //
 // Every peer given counts towards the single-peer default-allow, whatever its protocol. A nil
 // gateway leaves every peer GatewayNotFound.
-func Authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer) (map[string]Decision, []Problem) {
-	return authorize(gw, peers)
+func Authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[string]Decision, []Problem) {
+	verdicts, problems := authorize(gw, peers, scope)
+	out := make(map[string]Decision, len(verdicts))
+	for name, v := range verdicts {
+		out[name] = v.Decision
+	}
+	return out, problems
 }
 
 func buildEndpoint(e vpnv1.Endpoint, errs *errList) Endpoint {
@@ -446,6 +467,50 @@ func parseTarget(field, s string, errs *errList) netip.Addr {
 	return a
 }
 
+// checkTargets refuses exposure targets (as resolved) the cluster did not offer: reserved
+// addresses (loopback, link-local — cloud metadata —, multicast, unspecified, broadcast), a
+// node's own address, this or another gateway's service CIDR, and anything outside the
+// admin's allowed target ranges when those are set.
+func checkTargets(in Input, out *Gateway, cidrOK bool, errs *errList) {
+	for i, x := range out.Exposures {
+		a := x.Target
+		if !a.IsValid() {
+			continue // already an error
+		}
+		field := fmt.Sprintf("spec.exposures[%d].target.address", i)
+		what := a.String()
+		if x.TargetService != "" {
+			field = fmt.Sprintf("spec.exposures[%d].target.service.name", i)
+			what = fmt.Sprintf("%s (service %q)", a, x.TargetService)
+		}
+		if reason, detail := targetRefusal(a, in, out, cidrOK); reason != "" {
+			errs.add(reason, field, "target %s %s", what, detail)
+		}
+	}
+}
+
+// targetRefusal says why an exposure target is refused, or "" when it is allowed.
+func targetRefusal(a netip.Addr, in Input, out *Gateway, cidrOK bool) (reason, detail string) {
+	switch {
+	case a.IsLoopback(), a.IsLinkLocalUnicast(), a.IsMulticast(), a.IsUnspecified(), a.IsLinkLocalMulticast(),
+		a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return ReasonTargetReserved, "is a loopback, link-local, multicast, unspecified or broadcast address"
+	case slices.Contains(in.NodeAddresses, a):
+		return ReasonTargetIsNodeAddress, "is the address of a cluster node"
+	case cidrOK && out.ServiceCIDR.Contains(a):
+		return ReasonTargetInServiceCIDR, fmt.Sprintf("lies in the gateway's own service CIDR %s", out.ServiceCIDR)
+	}
+	for _, o := range in.OtherServiceCIDRs {
+		if o.CIDR.IsValid() && o.CIDR.Contains(a) {
+			return ReasonTargetInServiceCIDR, fmt.Sprintf("lies in the service CIDR %s of gateway %s", o.CIDR, o.Gateway)
+		}
+	}
+	if allowed := in.Config.AllowedTargetCIDRs; len(allowed) > 0 && !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(a) }) {
+		return ReasonTargetNotAllowed, fmt.Sprintf("is outside the allowed target ranges %s set by the cluster admin", joinPrefixes(allowed))
+	}
+	return "", ""
+}
+
 // mapServicePorts checks that the Service serves every target port and, when the traffic goes
 // to an endpoint, replaces each target port with the endpoint's.
 func mapServicePorts(field, service string, ports []Port, st ServiceTarget, errs *errList) {
@@ -603,7 +668,7 @@ func indexOf(index map[string]int, name string) int {
 }
 
 // buildPeers validates every peer and fills its decision and grants, sorted by name.
-func buildPeers(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, decisions map[string]Decision, out *Gateway, errs *errList) {
+func buildPeers(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, verdicts map[string]verdict, out *Gateway, errs *errList) {
 	ordered := make([]*vpnv1.VPNPeer, len(peers))
 	for i := range peers {
 		ordered[i] = &peers[i]
@@ -627,7 +692,7 @@ func buildPeers(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, decisions map[strin
 			Name:          p.Name,
 			UID:           p.UID,
 			Generation:    p.Generation,
-			Authorization: decisions[p.Name],
+			Authorization: verdicts[p.Name].Decision,
 		}
 		if s := p.Spec.IPsec; s != nil {
 			f := pf + ".spec.ipsec"
@@ -674,7 +739,8 @@ func buildPeers(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, decisions map[strin
 			checkSubnets(f+".subnets", s.Subnets, errs)
 			mp.WireGuard = wg
 		}
-		mp.SourceCIDRs = parsedSubnets(peerSubnets(gw, p))
+		mp.SourceCIDRs = slices.Clone(verdicts[p.Name].tunnel)
+		mp.WithheldCIDRs = slices.Clone(verdicts[p.Name].withheld)
 
 		if d := mp.Authorization; d.Authorized {
 			if d.Reason == ReasonDefaultAllow {

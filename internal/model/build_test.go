@@ -75,7 +75,7 @@ func TestBuildIPsec(t *testing.T) {
 				`granted exposures: "internal-api", "metrics"; reverse exposures: "acme-erp"`},
 			Exposures:        []string{"internal-api", "metrics"},
 			ReverseExposures: []string{"acme-erp"},
-			IPsec: &IPsecPeer{RemoteAddress: "203.0.113.9", RemoteID: "203.0.113.9",
+			IPsec: &IPsecPeer{RemoteAddress: "203.0.113.9", RemoteID: "a.example.com",
 				ESPProposals: []string{"aes256gcm16-ecp256", "aes256-sha256-modp2048"}, RekeyTime: time.Hour,
 				PSK: SecretKeyRef{"a-psk", "psk"}},
 		},
@@ -84,7 +84,7 @@ func TestBuildIPsec(t *testing.T) {
 			SourceCIDRs:   []netip.Prefix{netip.MustParsePrefix("10.29.0.0/16"), netip.MustParsePrefix("10.30.0.0/16")},
 			Authorization: Decision{true, ReasonAuthorized, `granted exposures: "metrics"; reverse exposures: none`},
 			Exposures:     []string{"metrics"},
-			IPsec: &IPsecPeer{RemoteAddress: "203.0.113.9", RemoteID: "203.0.113.9",
+			IPsec: &IPsecPeer{RemoteAddress: "203.0.113.9", RemoteID: "b.example.com",
 				ESPProposals: []string{"aes256gcm16-ecp256", "aes256-sha256-modp2048"}, RekeyTime: time.Hour,
 				PSK: SecretKeyRef{"b-psk", "psk"}},
 		},
@@ -180,7 +180,7 @@ func TestBuildWireGuard(t *testing.T) {
 	if !reflect.DeepEqual(gw.Endpoint, wantEP) {
 		t.Errorf("endpoint %+v", gw.Endpoint)
 	}
-	wantPeer := &WireGuardPeer{PublicKey: testWGKey, Endpoint: "peer.example.com:51820",
+	wantPeer := &WireGuardPeer{PublicKey: testPeerKey("a"), Endpoint: "peer.example.com:51820",
 		PresharedKey: &SecretKeyRef{"a-psk", "psk"}, PersistentKeepalive: 25}
 	if p := gw.Peers[0]; !reflect.DeepEqual(p.WireGuard, wantPeer) || p.IPsec != nil || p.Authorization.Reason != ReasonDefaultAllow {
 		t.Errorf("peer %+v", p)

@@ -100,13 +100,13 @@ func FuzzAuthorize(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 0, 3, 2, 3, 0, 3, 2, 5, 1, 1, 0, 4, 0, 7, 2, 2, 1, 3, 1, 4, 1, 3, 3, 0, 0, 2, 2, 4, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		gw, peers := fuzzGateway(data)
-		decisions, problems := Authorize(gw, peers)
+		decisions, problems := Authorize(gw, peers, Scope{})
 		checkAuthorizeInvariants(t, gw, peers, decisions)
 
 		// Reversed order: the same outcome.
 		rev := slices.Clone(peers)
 		slices.Reverse(rev)
-		d2, p2 := Authorize(gw, rev)
+		d2, p2 := Authorize(gw, rev, Scope{})
 		if fmt.Sprint(decisions) != fmt.Sprint(d2) || fmt.Sprint(problems) != fmt.Sprint(p2) {
 			t.Fatalf("order changed the outcome:\n%v %v\n%v %v", decisions, problems, d2, p2)
 		}

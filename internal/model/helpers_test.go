@@ -1,6 +1,8 @@
 package model
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"net/netip"
 	"slices"
 	"testing"
@@ -38,6 +40,12 @@ func testGateway(proto vpnv1.Protocol) *vpnv1.VPNGateway {
 	}
 }
 
+// testPeerKey is a distinct, valid WireGuard public key per peer name.
+func testPeerKey(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return base64.StdEncoding.EncodeToString(sum[:])
+}
+
 type peerOpt func(*vpnv1.VPNPeer)
 
 // grants gives the peer an authorization block (present, possibly empty).
@@ -60,7 +68,7 @@ func ipsecPeer(name string, subnets []string, opts ...peerOpt) vpnv1.VPNPeer {
 		Spec: vpnv1.VPNPeerSpec{
 			GatewayRef: "gw",
 			IPsec: &vpnv1.IPsecPeer{
-				Peer:          vpnv1.IPsecRemote{Address: "203.0.113.9"},
+				Peer:          vpnv1.IPsecRemote{Address: "203.0.113.9", ID: name + ".example.com"},
 				RemoteSubnets: subnets,
 				PSKSecretRef:  vpnv1.SecretKeyRef{Name: name + "-psk", Key: "psk"},
 			},
@@ -77,7 +85,7 @@ func wgPeer(name string, subnets []string, opts ...peerOpt) vpnv1.VPNPeer {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "tenant", UID: types.UID(name + "-uid"), Generation: 1},
 		Spec: vpnv1.VPNPeerSpec{
 			GatewayRef: "gw",
-			WireGuard:  &vpnv1.WireGuardPeer{PublicKey: testWGKey, Subnets: subnets},
+			WireGuard:  &vpnv1.WireGuardPeer{PublicKey: testPeerKey(name), Subnets: subnets},
 		},
 	}
 	for _, o := range opts {

@@ -6,6 +6,7 @@ package model
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -17,6 +18,14 @@ type Config struct {
 	PoolCIDR netip.Prefix
 	// InternalSourceCIDRs may initiate toward reverse exposures (pod CIDR, ClusterLink ranges).
 	InternalSourceCIDRs []netip.Prefix
+	// ClusterPodCIDRs, ClusterServiceCIDRs and NodeCIDRs are the cluster's own ranges: no
+	// peer's subnets may overlap them (a tunnel would capture the cluster's traffic).
+	ClusterPodCIDRs     []netip.Prefix
+	ClusterServiceCIDRs []netip.Prefix
+	NodeCIDRs           []netip.Prefix
+	// AllowedTargetCIDRs, when set, are the only ranges exposure targets may lie in (the
+	// cluster admin's allow-list); empty allows every range not otherwise refused.
+	AllowedTargetCIDRs []netip.Prefix
 }
 
 // CGNATRange is the only range service CIDRs and the pool may come from.
@@ -183,8 +192,13 @@ type Peer struct {
 	Name       string    `json:"name"`
 	UID        types.UID `json:"uid"`
 	Generation int64     `json:"generation"`
-	// SourceCIDRs are the peer's subnets (IPsec remote_ts / WireGuard allowed IPs).
+	// SourceCIDRs are the subnets the peer's tunnel carries (IPsec remote_ts / WireGuard
+	// allowed IPs): across the peers of a gateway they are pairwise disjoint (one source, one
+	// tunnel). Empty: the peer has no tunnel at all.
 	SourceCIDRs []netip.Prefix `json:"sourceCIDRs"`
+	// WithheldCIDRs are subnets the peer declared that no tunnel of it carries: they overlap
+	// an older peer's, the gateway's service CIDR or the cluster's own ranges.
+	WithheldCIDRs []netip.Prefix `json:"withheldCIDRs,omitempty"`
 	// Authorization is the decision; when not Authorized the peer is dark and the grant lists are empty.
 	Authorization Decision `json:"authorization"`
 	// Exposures and ReverseExposures granted, by name, sorted (all of them under DefaultAllow).
@@ -232,6 +246,18 @@ const (
 	ReasonReverseExposureOutsideSubnets = "ReverseExposureOutsideSubnets"
 	// ReasonSubnetConflict: the peer's subnets overlap an older peer's on the same gateway.
 	ReasonSubnetConflict = "SubnetConflict"
+	// ReasonSubnetOverlapsServiceCIDR: a subnet of the peer overlaps the gateway's own service
+	// CIDR (the client's view of us cannot also be the client's LAN).
+	ReasonSubnetOverlapsServiceCIDR = "SubnetOverlapsServiceCIDR"
+	// ReasonSubnetOverlapsClusterRange: a subnet of the peer overlaps one of the cluster's own
+	// ranges the operator is told about (pod, service and node CIDRs, internal sources).
+	ReasonSubnetOverlapsClusterRange = "SubnetOverlapsClusterRange"
+	// ReasonDuplicateIdentity: the peer's IKE identity (or WireGuard public key) is an older
+	// peer's or the gateway's own; a PSK proves one identity, so only the older one is kept.
+	ReasonDuplicateIdentity = "DuplicateIdentity"
+	// ReasonInvalidIdentity: the peer's identity is a wildcard (refused at admission; kept
+	// here for objects admitted before the rule).
+	ReasonInvalidIdentity = "InvalidIdentity"
 )
 
 // The exact messages of DESIGN.md for the NoGrants outcomes.
@@ -246,11 +272,58 @@ type Problem struct {
 	Message string `json:"message"`
 }
 
+// PeerPrefix is one subnet of one peer.
+type PeerPrefix struct {
+	Peer   string
+	Prefix netip.Prefix
+}
+
+// FirstOverlap finds two subnets of different peers that overlap, in O(n log n): sorted by
+// first address, a subnet overlaps an earlier one exactly when it starts before the furthest
+// end seen so far.
+func FirstOverlap(ps []PeerPrefix) (a, b PeerPrefix, found bool) {
+	sorted := slices.Clone(ps)
+	slices.SortFunc(sorted, func(x, y PeerPrefix) int { return comparePrefix(x.Prefix, y.Prefix) })
+	var reach PeerPrefix // the subnet reaching furthest so far
+	for i, p := range sorted {
+		if i > 0 && p.Prefix.Addr().Compare(lastAddr(reach.Prefix)) <= 0 {
+			if p.Peer != reach.Peer {
+				return reach, p, true
+			}
+		}
+		if i == 0 || lastAddr(p.Prefix).Compare(lastAddr(reach.Prefix)) > 0 {
+			reach = p
+		}
+	}
+	return PeerPrefix{}, PeerPrefix{}, false
+}
+
+// lastAddr is the last address of a prefix.
+func lastAddr(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().As16()
+	bits := p.Bits()
+	if p.Addr().Is4() {
+		bits += 96
+	}
+	for i := bits; i < 128; i++ {
+		a[i/8] |= 1 << (7 - i%8)
+	}
+	out := netip.AddrFrom16(a)
+	if p.Addr().Is4() {
+		return out.Unmap()
+	}
+	return out
+}
+
+// HasTunnel reports whether the peer has a tunnel at all (some subnet to carry).
+func (p *Peer) HasTunnel() bool { return len(p.SourceCIDRs) > 0 }
+
 // Gateway problem reasons.
 const (
 	ReasonReverseExposureConflict = "ReverseExposureConflict"
 	ReasonNoInternalSources       = "NoInternalSourceCIDRs"
 	ReasonSubnetOverlap           = "PeerSubnetOverlap"
+	ReasonIdentityConflict        = "PeerIdentityConflict"
 )
 
 // Error is why a gateway cannot be built at all: a field and a condition reason.
@@ -276,4 +349,13 @@ const (
 	ReasonTargetServiceNoEndpoints = "TargetServiceHasNoEndpoints"
 	// ReasonTargetServicePortNotFound: an exposure's target port is not a port of the Service.
 	ReasonTargetServicePortNotFound = "TargetServicePortNotFound"
+	// ReasonTargetReserved: a target (as resolved) is loopback, link-local, multicast,
+	// unspecified or broadcast.
+	ReasonTargetReserved = "TargetReserved"
+	// ReasonTargetIsNodeAddress: a target is one of the cluster's nodes.
+	ReasonTargetIsNodeAddress = "TargetIsNodeAddress"
+	// ReasonTargetInServiceCIDR: a target lies in this or another gateway's service CIDR.
+	ReasonTargetInServiceCIDR = "TargetInServiceCIDR"
+	// ReasonTargetNotAllowed: a target lies outside the admin's allowed target ranges.
+	ReasonTargetNotAllowed = "TargetNotAllowed"
 )

@@ -71,9 +71,20 @@ func (c *Config) Validate() error {
 	if !model.CGNATRange.Contains(p.Addr()) || p.Bits() < model.CGNATRange.Bits() || p.Bits() > 24 {
 		return fmt.Errorf("--service-cidr-pool %s: must lie inside %s and hold at least one /24", p, model.CGNATRange)
 	}
-	for _, s := range c.Model.InternalSourceCIDRs {
-		if !s.IsValid() || s.Masked() != s {
-			return fmt.Errorf("--internal-source-cidrs %q: must be network addresses in CIDR notation", s)
+	for _, l := range []struct {
+		flag string
+		list []netip.Prefix
+	}{
+		{"--internal-source-cidrs", c.Model.InternalSourceCIDRs},
+		{"--cluster-pod-cidrs", c.Model.ClusterPodCIDRs},
+		{"--cluster-service-cidrs", c.Model.ClusterServiceCIDRs},
+		{"--node-cidrs", c.Model.NodeCIDRs},
+		{"--allowed-target-cidrs", c.Model.AllowedTargetCIDRs},
+	} {
+		for _, s := range l.list {
+			if !s.IsValid() || !s.Addr().Is4() || s.Masked() != s {
+				return fmt.Errorf("%s %q: must be IPv4 network addresses in CIDR notation", l.flag, s)
+			}
 		}
 	}
 	if c.Render.AgentImage == "" {
@@ -147,7 +158,7 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 		SetupWithManager(mgr, cfg.Concurrency); err != nil {
 		return nil, fmt.Errorf("gateway controller: %w", err)
 	}
-	if err := (&controller.PeerReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder}).
+	if err := (&controller.PeerReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Model: cfg.Options.Model}).
 		SetupWithManager(mgr, cfg.Concurrency); err != nil {
 		return nil, fmt.Errorf("peer controller: %w", err)
 	}

@@ -40,7 +40,11 @@ func TestHostileValuesRefused(t *testing.T) {
 		{"esp proposal space", "ipsec.espProposals[0]", func(g *model.Gateway) { g.Peers[0].IPsec.ESPProposals = []string{"aes256 sha256"} }},
 		{"psk secret name", "ipsec.psk", func(g *model.Gateway) { g.Peers[0].IPsec.PSK.Name = "x\ny" }},
 		{"psk secret key", "ipsec.psk", func(g *model.Gateway) { g.Peers[0].IPsec.PSK.Key = "a b" }},
-		{"no subnets", "sourceCIDRs", func(g *model.Gateway) { g.Peers[0].SourceCIDRs = nil }},
+		{"a second peer carrying the first one's source", "sourceCIDRs", func(g *model.Gateway) {
+			p := g.Peers[0]
+			p.Name, p.IPsec = "intruder", &model.IPsecPeer{RemoteAddress: "%any", RemoteID: "intruder.example", ESPProposals: p.IPsec.ESPProposals, PSK: p.IPsec.PSK}
+			g.Peers = append(g.Peers, p)
+		}},
 		{"ike version", "ipsec.ikeVersion", func(g *model.Gateway) { g.IPsec.IKEVersion = 3 }},
 		{"dpd action", "ipsec.dpdAction", func(g *model.Gateway) { g.IPsec.DPDAction = "restart\nx = y" }},
 		{"negative rekey", "ipsec.rekeyTime", func(g *model.Gateway) { g.IPsec.RekeyTime = -time.Second }},

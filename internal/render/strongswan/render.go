@@ -107,11 +107,12 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 
 	out := &Config{Gateway: gw.Namespace + "/" + gw.Name}
 	seen := map[string]string{}
+	ids := map[string]string{}
+	var installed []model.PeerPrefix // every remote_ts, for the one-source-one-tunnel check
 	for _, p := range gw.Peers {
-		// A peer whose subnets overlap an older peer's gets no tunnel at all: its traffic
-		// selectors would take over the older peer's traffic (and its grants, which the
-		// ruleset keys on source addresses).
-		if p.IPsec == nil || p.Authorization.Reason == model.ReasonSubnetConflict {
+		// A peer without a tunnel (no subnet left after the model withheld those overlapping an
+		// older peer's or the cluster's ranges, a duplicate identity) gets no connection at all.
+		if p.IPsec == nil || !p.HasTunnel() {
 			continue
 		}
 		pf := fmt.Sprintf("peers[%q]", p.Name)
@@ -142,6 +143,15 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 		if err != nil {
 			return nil, &FieldError{Field: pf + ".sourceCIDRs", Err: err}
 		}
+		for _, c := range p.SourceCIDRs {
+			installed = append(installed, model.PeerPrefix{Peer: p.Name, Prefix: c})
+		}
+		// A PSK proves one identity: no two connections may share a remote ID, or the key of
+		// one would authenticate the other's.
+		if other, dup := ids[strings.ToLower(ip.RemoteID)]; dup {
+			return nil, fieldErr(pf+".ipsec.remoteID", "%q is also the remote ID of peer %q", ip.RemoteID, other)
+		}
+		ids[strings.ToLower(ip.RemoteID)] = p.Name
 		if err := checkSecretRef(ip.PSK); err != nil {
 			return nil, &FieldError{Field: pf + ".ipsec.psk", Err: err}
 		}
@@ -194,16 +204,20 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 		}
 		out.Connections = append(out.Connections, conn)
 
-		owners := []string{ip.RemoteID}
-		if localID != "" && localID != ip.RemoteID {
-			owners = []string{localID, ip.RemoteID}
-		}
+		// The key is owned by the remote ID alone. strongSwan hands out a shared key when
+		// either of its owners matches either end, so a key also owned by our own identity
+		// would verify any peer's claim to any identity, with any peer's key.
 		out.SharedKeys = append(out.SharedKeys, SharedKey{
 			ID:         "ike-" + name,
-			Owners:     owners,
+			Owners:     []string{ip.RemoteID},
 			Secret:     ip.PSK,
 			Connection: name,
 		})
+	}
+	// One source, one tunnel: the model keeps peers' subnets disjoint; should that ever fail,
+	// nothing is rendered rather than two tunnels claiming one source.
+	if a, b, overlap := model.FirstOverlap(installed); overlap {
+		return nil, fieldErr(fmt.Sprintf("peers[%q].sourceCIDRs", b.Peer), "%s overlaps %s of peer %q: two tunnels would carry the same source", b.Prefix, a.Prefix, a.Peer)
 	}
 	return out, nil
 }

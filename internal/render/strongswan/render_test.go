@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -88,7 +89,8 @@ func TestConnectionDetails(t *testing.T) {
 	if ch.StartAction != "trap|start" || ch.DPDAction != "restart" || ch.CloseAction != "start" {
 		t.Errorf("charlie actions: %+v", ch)
 	}
-	if got := multi.SharedKeys[0]; got.ID != "ike-alpha" || !slices.Equal(got.Owners, []string{"vpn.acme.example", "alpha.example.net"}) ||
+	// A PSK proves one identity: owned by the remote ID alone, never also by ours.
+	if got := multi.SharedKeys[0]; got.ID != "ike-alpha" || !slices.Equal(got.Owners, []string{"alpha.example.net"}) ||
 		got.Secret != (model.SecretKeyRef{Name: "alpha-psk", Key: "psk"}) {
 		t.Errorf("alpha shared key: %+v", got)
 	}
@@ -310,19 +312,32 @@ func describe(e swanconf.Entry) string {
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
 
-// A peer whose subnets overlap an older peer's gets no tunnel: its selectors would take over
-// the older peer's traffic.
-func TestSubnetConflictPeerGetsNoTunnel(t *testing.T) {
+// A peer the model left without a tunnel gets no connection and no key; two peers whose
+// subnets still overlap, or that share a remote ID, are refused (one source, one tunnel; a
+// PSK proves one identity).
+func TestOneSourceOneTunnel(t *testing.T) {
+	older := ipsecPeer("older", "203.0.113.9", "older.example.com", model.Decision{Authorized: true, Reason: model.ReasonDefaultAllow}, "203.0.113.0/28")
+	dark := ipsecPeer("younger", "203.0.113.10", "younger.example.com", model.Decision{Reason: model.ReasonSubnetConflict})
+	dark.WithheldCIDRs = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/29")}
 	gw := baseGateway()
-	gw.Peers = []model.Peer{
-		ipsecPeer("older", "203.0.113.9", "older.example.com", model.Decision{Authorized: true, Reason: model.ReasonDefaultAllow}, "203.0.113.0/28"),
-		ipsecPeer("younger", "203.0.113.10", "younger.example.com", model.Decision{Reason: model.ReasonSubnetConflict}, "203.0.113.0/29"),
-	}
+	gw.Peers = []model.Peer{older, dark}
 	cfg, err := Render(gw, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Connections) != 1 || cfg.Connections[0].Peer != "older" {
-		t.Fatalf("connections %+v, want only the older peer's", cfg.Connections)
+	if len(cfg.Connections) != 1 || cfg.Connections[0].Peer != "older" || len(cfg.SharedKeys) != 1 {
+		t.Fatalf("connections %+v keys %+v, want only the older peer's", cfg.Connections, cfg.SharedKeys)
+	}
+
+	overlapping := ipsecPeer("younger", "203.0.113.10", "younger.example.com", model.Decision{Reason: model.ReasonNoGrants}, "203.0.113.0/29")
+	gw.Peers = []model.Peer{older, overlapping}
+	if _, err := Render(gw, Options{}); err == nil || !strings.Contains(err.Error(), `peers["younger"].sourceCIDRs: 203.0.113.0/29 overlaps 203.0.113.0/28 of peer "older"`) {
+		t.Errorf("overlapping selectors: %v", err)
+	}
+
+	sameID := ipsecPeer("younger", "203.0.113.10", "Older.example.com", model.Decision{Reason: model.ReasonNoGrants}, "198.51.100.0/28")
+	gw.Peers = []model.Peer{older, sameID}
+	if _, err := Render(gw, Options{}); err == nil || !strings.Contains(err.Error(), `remoteID: "Older.example.com" is also the remote ID of peer "older"`) {
+		t.Errorf("shared remote ID: %v", err)
 	}
 }

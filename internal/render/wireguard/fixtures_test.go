@@ -77,11 +77,13 @@ func cases() []testCase {
 	bravo := wgPeer("bravo", 3, authorized, "10.30.0.0/24", "10.30.8.0/24")
 	bravo.Exposures = []string{"crm"}
 	bravo.WireGuard.PresharedKey = &model.SecretKeyRef{Name: "bravo-wg", Key: "psk"}
-	charlie := wgPeer("charlie", 4, subnetConflict, "10.20.5.0/24", "10.40.0.0/16")
+	// The model withholds charlie's 10.20.5.0/24 (inside alpha's older /16) from its tunnel.
+	charlie := wgPeer("charlie", 4, subnetConflict, "10.40.0.0/16")
+	charlie.WithheldCIDRs = prefixes("10.20.5.0/24")
 	charlie.WireGuard.Endpoint = "[2001:db8::40]:51820"
 	charlie.WireGuard.PersistentKeepalive = 15
 	ipsecPeer := model.Peer{
-		Name: "delta", SourceCIDRs: prefixes("10.60.0.0/16"),
+		Name: "delta", WithheldCIDRs: prefixes("10.60.0.0/16"),
 		Authorization: model.Decision{Reason: model.ReasonProtocolMismatch},
 		IPsec:         &model.IPsecPeer{RemoteAddress: "198.51.100.60", RemoteID: "198.51.100.60", ESPProposals: []string{"aes256"}, PSK: model.SecretKeyRef{Name: "delta", Key: "psk"}},
 	}

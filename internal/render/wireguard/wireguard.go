@@ -50,7 +50,8 @@ type Peer struct {
 	// AllowedIPs are the peer's subnets, except any a dark peer shares with an authorized one
 	// (see Render).
 	AllowedIPs []netip.Prefix `json:"allowedIPs,omitempty"`
-	// WithheldIPs are subnets of this (dark) peer that overlap an authorized peer's and are
+	// WithheldIPs are subnets of this (dark) peer that overlap an older peer's or the
+	// cluster's ranges (model.Peer.WithheldCIDRs) and are
 	// therefore not routed to it.
 	WithheldIPs []netip.Prefix `json:"withheldIPs,omitempty"`
 	// Endpoint is "host:port" (host an IP address or DNS name the agent resolves), or empty
@@ -112,13 +113,12 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
 func (e *FieldError) Unwrap() error { return e.Err }
 
 // Render builds the device configuration of a wireguard gateway: every peer with a WireGuard
-// section (dark peers included — their tunnel comes up, the ruleset keeps them from reaching
-// anything). Allowed IPs decide where WireGuard routes return traffic, so a dark peer must not
-// take subnets away from an authorized one: the model makes at most one of any overlapping
-// pair of peers authorized (SubnetConflict), and a dark peer's subnets that overlap an
-// authorized peer's are withheld from it. Two dark peers may still overlap; each keeps its
-// subnets as routing between them cannot matter (neither reaches anything). Anything that
-// cannot be written safely is an error naming the field.
+// section and a tunnel (dark peers included — their tunnel comes up, the ruleset keeps them
+// from reaching anything). Allowed IPs decide which sources a peer may send from and where
+// WireGuard routes return traffic, so no two peers' allowed IPs may overlap: the model
+// withholds every subnet overlapping an older peer's (one source, one tunnel), and the
+// renderer refuses anything that would still overlap. Anything that cannot be written safely
+// is an error naming the field.
 func Render(gw *model.Gateway) (*Config, error) {
 	if gw == nil {
 		return nil, errors.New("no gateway")
@@ -163,16 +163,10 @@ func Render(gw *model.Gateway) (*Config, error) {
 		},
 	}
 
-	// Subnets of authorized peers, which dark peers must not route.
-	var authorized []netip.Prefix
-	for _, p := range gw.Peers {
-		if p.WireGuard != nil && p.Authorization.Authorized {
-			authorized = append(authorized, p.SourceCIDRs...)
-		}
-	}
 	keys := map[string]string{}
+	var installed []model.PeerPrefix // every allowed IP, for the one-source-one-tunnel check
 	for _, p := range gw.Peers {
-		if p.WireGuard == nil {
+		if p.WireGuard == nil || !p.HasTunnel() {
 			continue
 		}
 		pf := fmt.Sprintf("peers[%q]", p.Name)
@@ -217,19 +211,17 @@ func Render(gw *model.Gateway) (*Config, error) {
 			if !c.IsValid() || c.Masked() != c {
 				return nil, &FieldError{Field: fmt.Sprintf("%s.sourceCIDRs[%d]", pf, i), Err: fmt.Errorf("%q is not a network address", c)}
 			}
-			if !p.Authorization.Authorized && overlapsAny(c, authorized) {
-				peer.WithheldIPs = append(peer.WithheldIPs, c)
-				continue
-			}
 			peer.AllowedIPs = append(peer.AllowedIPs, c)
+			installed = append(installed, model.PeerPrefix{Peer: p.Name, Prefix: c})
 		}
+		peer.WithheldIPs = slices.Clone(p.WithheldCIDRs)
 		out.Peers = append(out.Peers, peer)
 	}
+	if a, b, overlap := model.FirstOverlap(installed); overlap {
+		return nil, &FieldError{Field: fmt.Sprintf("peers[%q].sourceCIDRs", b.Peer),
+			Err: fmt.Errorf("%s overlaps %s of peer %q: two peers would carry the same source", b.Prefix, a.Prefix, a.Peer)}
+	}
 	return out, nil
-}
-
-func overlapsAny(c netip.Prefix, set []netip.Prefix) bool {
-	return slices.ContainsFunc(set, c.Overlaps)
 }
 
 func decodeKey(s string) ([32]byte, error) {

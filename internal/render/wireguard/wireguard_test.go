@@ -171,7 +171,12 @@ func TestHostileValuesRefused(t *testing.T) {
 			g.Peers[0].WireGuard.PresharedKey = &model.SecretKeyRef{Name: "x\ny", Key: "k"}
 		}},
 		{"private key ref", "privateKey", func(g *model.Gateway) { g.WireGuard.PrivateKey.Key = "a#b" }},
-		{"no subnets", "sourceCIDRs", func(g *model.Gateway) { g.Peers[0].SourceCIDRs = nil }},
+		{"overlapping peers", "sourceCIDRs", func(g *model.Gateway) {
+			p := g.Peers[0]
+			p.Name, p.WireGuard = "intruder", &model.WireGuardPeer{PublicKey: key(9)}
+			p.SourceCIDRs = prefixes("10.20.7.0/29")
+			g.Peers = append(g.Peers, p)
+		}},
 		{"local address outside", "localAddress", func(g *model.Gateway) { g.LocalAddress = netip.MustParseAddr("10.0.0.1") }},
 		{"port 0", "listenPort", func(g *model.Gateway) { g.WireGuard.ListenPort = 0 }},
 		{"gateway name", "name", func(g *model.Gateway) { g.Name = "x\n[Peer]" }},

@@ -1,0 +1,385 @@
+package model
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"testing"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+)
+
+// The rules of DESIGN.md "Security model" that the model decides: one source one tunnel, a PSK
+// proves one identity, nothing reaches what the cluster did not offer.
+
+func withID(id string) peerOpt {
+	return func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = id }
+}
+
+func withAddress(a string) peerOpt {
+	return func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.Address = a }
+}
+
+func TestAuthorizeIdentities(t *testing.T) {
+	ipsecGW := testGateway(vpnv1.ProtocolIPsec)
+	ipsecGW.Spec.ReverseExposures = nil
+	wgGW := testGateway(vpnv1.ProtocolWireGuard)
+	wgGW.Spec.ReverseExposures = nil
+	tests := []struct {
+		name    string
+		gw      *vpnv1.VPNGateway
+		localID string
+		peers   []vpnv1.VPNPeer
+		want    map[string]wantDecision
+		tunnel  map[string]bool
+		problem string
+	}{
+		{
+			name: "same remote ID: the younger gets no tunnel",
+			gw:   ipsecGW,
+			peers: []vpnv1.VPNPeer{
+				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), withID("site.example.com"), age(1)),
+				ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), withID("site.example.com"), age(2)),
+			},
+			want: map[string]wantDecision{
+				"a": {true, ReasonAuthorized, ""},
+				"b": {false, ReasonDuplicateIdentity, `IKE identity "site.example.com" is already that of older peer "a"; only the older one gets a tunnel`},
+			},
+			tunnel:  map[string]bool{"a": true, "b": false},
+			problem: `peers "a" and "b" have the same IKE identity "site.example.com"; only the older, "a", gets a tunnel`,
+		},
+		{
+			name: "IDs equal as strongSwan compares them (case, leading @) are the same identity",
+			gw:   ipsecGW,
+			peers: []vpnv1.VPNPeer{
+				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), withID("Site.Example.com"), age(1)),
+				ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), withID("@site.example.COM"), age(2)),
+			},
+			want: map[string]wantDecision{
+				"a": {true, ReasonAuthorized, ""},
+				"b": {false, ReasonDuplicateIdentity, ""},
+			},
+			tunnel: map[string]bool{"a": true, "b": false},
+		},
+		{
+			name: "the ID defaults to the address: two peers at one address without IDs collide",
+			gw:   ipsecGW,
+			peers: []vpnv1.VPNPeer{
+				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), withID(""), age(1)),
+				ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), withID(""), age(2)),
+			},
+			want: map[string]wantDecision{
+				"a": {true, ReasonAuthorized, ""},
+				"b": {false, ReasonDuplicateIdentity, `IKE identity "203.0.113.9" is already that of older peer "a"; only the older one gets a tunnel`},
+			},
+			tunnel: map[string]bool{"a": true, "b": false},
+		},
+		{
+			name:    "a peer presenting the gateway's own identity",
+			gw:      ipsecGW,
+			localID: "vpn.example.net",
+			peers: []vpnv1.VPNPeer{
+				ipsecPeer("a", []string{"10.20.0.0/16"}, withID("VPN.example.net")),
+			},
+			want:    map[string]wantDecision{"a": {false, ReasonDuplicateIdentity, `IKE identity "VPN.example.net" is the gateway's own IKE identity; a peer must present its own`}},
+			tunnel:  map[string]bool{"a": false},
+			problem: `peer "a" presents the gateway's own IKE identity "VPN.example.net"; it gets no tunnel`,
+		},
+		{
+			name: "a wildcard ID (admitted before the admission rule) proves nothing",
+			gw:   ipsecGW,
+			peers: []vpnv1.VPNPeer{
+				ipsecPeer("a", []string{"10.20.0.0/16"}, withID("*.example.com")),
+				ipsecPeer("b", []string{"10.30.0.0/16"}, withID(""), withAddress("%any")),
+			},
+			want: map[string]wantDecision{
+				"a": {false, ReasonInvalidIdentity, `IKE identity "*.example.com" matches more than one identity; a pre-shared key must prove exactly one`},
+				"b": {false, ReasonInvalidIdentity, `IKE identity "%any" matches more than one identity; a pre-shared key must prove exactly one`},
+			},
+			tunnel: map[string]bool{"a": false, "b": false},
+		},
+		{
+			name: "same WireGuard public key: the younger gets no tunnel",
+			gw:   wgGW,
+			peers: []vpnv1.VPNPeer{
+				wgPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(1)),
+				func() vpnv1.VPNPeer {
+					p := wgPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), age(2))
+					p.Spec.WireGuard.PublicKey = testPeerKey("a")
+					return p
+				}(),
+			},
+			want: map[string]wantDecision{
+				"a": {true, ReasonAuthorized, ""},
+				"b": {false, ReasonDuplicateIdentity, `WireGuard public key "` + testPeerKey("a") + `" is already that of older peer "a"; only the older one gets a tunnel`},
+			},
+			tunnel: map[string]bool{"a": true, "b": false},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := testInput(tt.peers...)
+			in.Gateway = tt.gw
+			in.PublicAddress = tt.localID
+			gw, errs := Build(in)
+			if len(errs) > 0 {
+				t.Fatalf("build: %v", errs)
+			}
+			checkDecisions(t, gw, tt.want)
+			for _, p := range gw.Peers {
+				if got := p.HasTunnel(); got != tt.tunnel[p.Name] {
+					t.Errorf("%s: has tunnel %v, want %v (tunnel %v, withheld %v)", p.Name, got, tt.tunnel[p.Name], p.SourceCIDRs, p.WithheldCIDRs)
+				}
+			}
+			if tt.problem != "" && !slices.ContainsFunc(gw.Problems, func(p Problem) bool {
+				return p.Reason == ReasonIdentityConflict && p.Message == tt.problem
+			}) {
+				t.Errorf("problems %+v lack %q", gw.Problems, tt.problem)
+			}
+			checkNoPartialGrants(t, in, gw)
+		})
+	}
+}
+
+func TestAuthorizeReservedRanges(t *testing.T) {
+	cfg := Config{
+		PoolCIDR:            DefaultPoolCIDR,
+		InternalSourceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+		ClusterPodCIDRs:     []netip.Prefix{netip.MustParsePrefix("100.96.0.0/16")},
+		ClusterServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("100.97.0.0/16")},
+		NodeCIDRs:           []netip.Prefix{netip.MustParsePrefix("192.0.2.0/28")},
+	}
+	tests := []struct {
+		name     string
+		subnets  []string
+		reason   string
+		message  string
+		tunnel   []string
+		withheld []string
+	}{
+		{"a subnet overlapping the gateway's service CIDR", []string{"10.20.0.0/16", "100.64.3.128/25"}, ReasonSubnetOverlapsServiceCIDR,
+			"100.64.3.128/25 overlaps the gateway's service CIDR 100.64.3.0/24; these subnets get no tunnel and the peer is dark until they are removed",
+			[]string{"10.20.0.0/16"}, []string{"100.64.3.128/25"}},
+		{"a subnet covering the service CIDR", []string{"100.64.0.0/10"}, ReasonSubnetOverlapsServiceCIDR, "", nil, []string{"100.64.0.0/10"}},
+		{"the pod CIDR", []string{"100.96.4.0/24"}, ReasonSubnetOverlapsClusterRange,
+			"100.96.4.0/24 overlaps the cluster's pod CIDR 100.96.0.0/16; these subnets get no tunnel and the peer is dark until they are removed",
+			nil, []string{"100.96.4.0/24"}},
+		{"the cluster's service CIDR", []string{"100.97.0.0/24"}, ReasonSubnetOverlapsClusterRange, "", nil, []string{"100.97.0.0/24"}},
+		{"the node network", []string{"192.0.2.0/24"}, ReasonSubnetOverlapsClusterRange, "", nil, []string{"192.0.2.0/24"}},
+		{"the internal sources", []string{"10.0.0.0/8"}, ReasonSubnetOverlapsClusterRange, "", nil, []string{"10.0.0.0/8"}},
+		{"none: authorized", []string{"10.20.0.0/16"}, ReasonDefaultAllow, "", []string{"10.20.0.0/16"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := testInput(ipsecPeer("a", tt.subnets))
+			in.Gateway.Spec.ReverseExposures = nil
+			in.Config = cfg
+			gw, errs := Build(in)
+			if len(errs) > 0 {
+				t.Fatalf("build: %v", errs)
+			}
+			p := gw.Peers[0]
+			if p.Authorization.Reason != tt.reason || p.Authorization.Authorized != (tt.reason == ReasonDefaultAllow) {
+				t.Errorf("decision %+v, want %s", p.Authorization, tt.reason)
+			}
+			if tt.message != "" && p.Authorization.Message != tt.message {
+				t.Errorf("message\n got  %q\n want %q", p.Authorization.Message, tt.message)
+			}
+			if got := prefixStrings(p.SourceCIDRs); !slices.Equal(got, tt.tunnel) {
+				t.Errorf("tunnel %v, want %v", got, tt.tunnel)
+			}
+			if got := prefixStrings(p.WithheldCIDRs); !slices.Equal(got, tt.withheld) {
+				t.Errorf("withheld %v, want %v", got, tt.withheld)
+			}
+			checkNoPartialGrants(t, in, gw)
+		})
+	}
+
+	// The peer controller decides with the same scope: its decision is the model's.
+	in := testInput(ipsecPeer("a", []string{"100.96.4.0/24"}))
+	d, _ := Authorize(in.Gateway, in.Peers, Scope{Config: cfg})
+	if d["a"].Reason != ReasonSubnetOverlapsClusterRange {
+		t.Errorf("Authorize: %+v", d["a"])
+	}
+}
+
+func TestAuthorizeDarkOverlapGetsNoTunnelForIt(t *testing.T) {
+	// The attack of issue 10: a younger peer with no block on a multi-peer gateway, one subnet of
+	// its own and one inside an authorized peer's LAN.
+	in := testInput(
+		ipsecPeer("hq", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(1)),
+		ipsecPeer("intruder", []string{"10.20.7.0/29", "172.16.9.0/24"}, age(2)),
+	)
+	in.Gateway.Spec.ReverseExposures = nil
+	gw, errs := Build(in)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	hq, intruder := gw.Peers[0], gw.Peers[1]
+	if !hq.Authorization.Authorized || !slices.Equal(prefixStrings(hq.SourceCIDRs), []string{"10.20.0.0/16"}) {
+		t.Errorf("hq %+v", hq)
+	}
+	if intruder.Authorization.Reason != ReasonSubnetConflict {
+		t.Errorf("intruder decision %+v", intruder.Authorization)
+	}
+	if got := prefixStrings(intruder.SourceCIDRs); !slices.Equal(got, []string{"172.16.9.0/24"}) {
+		t.Errorf("intruder tunnel %v, want only its own subnet", got)
+	}
+	if got := prefixStrings(intruder.WithheldCIDRs); !slices.Equal(got, []string{"10.20.7.0/29"}) {
+		t.Errorf("intruder withheld %v", got)
+	}
+}
+
+// TestTunnelsPairwiseDisjoint: whatever the peers (ages, subnets, identities, blocks), the
+// subnets the model gives tunnels never overlap between two peers, each declared subnet is
+// either carried or withheld, and a peer with anything withheld is dark.
+func TestTunnelsPairwiseDisjoint(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 10))
+	for iter := 0; iter < 2000; iter++ {
+		gwProto := vpnv1.ProtocolIPsec
+		if rng.IntN(2) == 0 {
+			gwProto = vpnv1.ProtocolWireGuard
+		}
+		n := 1 + rng.IntN(6)
+		var peers []vpnv1.VPNPeer
+		for i := 0; i < n; i++ {
+			var subnets []string
+			for k := 0; k < 1+rng.IntN(3); k++ {
+				bits := 8 + rng.IntN(21)
+				a := netip.AddrFrom4([4]byte{10, byte(rng.IntN(3)), byte(rng.IntN(4)), byte(rng.IntN(2) * 128)})
+				subnets = append(subnets, netip.PrefixFrom(a, bits).Masked().String())
+			}
+			slices.Sort(subnets)
+			subnets = slices.Compact(subnets)
+			var opts []peerOpt
+			opts = append(opts, age(rng.IntN(4)))
+			switch rng.IntN(3) {
+			case 0:
+				opts = append(opts, grants([]string{"metrics"}, nil))
+			case 1:
+				opts = append(opts, grants(nil, nil))
+			}
+			name := fmt.Sprintf("p%d", i)
+			var p vpnv1.VPNPeer
+			if gwProto == vpnv1.ProtocolIPsec {
+				p = ipsecPeer(name, subnets, append(opts, withID(fmt.Sprintf("site%d.example.com", rng.IntN(n))))...)
+			} else {
+				p = wgPeer(name, subnets, opts...)
+				p.Spec.WireGuard.PublicKey = testPeerKey(fmt.Sprint(rng.IntN(n)))
+			}
+			peers = append(peers, p)
+		}
+		in := testInput(peers...)
+		in.Gateway = testGateway(gwProto)
+		in.Gateway.Spec.ReverseExposures = nil
+		gw, errs := Build(in)
+		if len(errs) > 0 {
+			t.Fatalf("iteration %d: %v", iter, errs)
+		}
+		checkNoPartialGrants(t, in, gw)
+		for i, a := range gw.Peers {
+			declared := prefixStrings(parsedSubnets(peerSubnets(in.Gateway, &in.Peers[slices.IndexFunc(in.Peers, func(p vpnv1.VPNPeer) bool { return p.Name == a.Name })])))
+			both := append(prefixStrings(a.SourceCIDRs), prefixStrings(a.WithheldCIDRs)...)
+			slices.Sort(both)
+			slices.Sort(declared)
+			if !slices.Equal(both, declared) {
+				t.Fatalf("iteration %d: %s carries %v and withholds %v of %v", iter, a.Name, a.SourceCIDRs, a.WithheldCIDRs, declared)
+			}
+			if len(a.WithheldCIDRs) > 0 && a.Authorization.Authorized {
+				t.Fatalf("iteration %d: %s is authorized with withheld subnets %v", iter, a.Name, a.WithheldCIDRs)
+			}
+			for _, b := range gw.Peers[i+1:] {
+				for _, x := range a.SourceCIDRs {
+					if slices.ContainsFunc(b.SourceCIDRs, x.Overlaps) {
+						t.Fatalf("iteration %d: tunnels of %s %v and %s %v overlap", iter, a.Name, a.SourceCIDRs, b.Name, b.SourceCIDRs)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestBuildTargetRefusals(t *testing.T) {
+	type wantErr struct{ reason, field, detail string }
+	tests := []struct {
+		name   string
+		mutate func(in *Input)
+		want   *wantErr
+	}{
+		{"cloud metadata", func(in *Input) { in.Gateway.Spec.Exposures[0].Target.Address = "169.254.169.254" },
+			&wantErr{ReasonTargetReserved, "spec.exposures[0].target.address", "target 169.254.169.254 is a loopback, link-local, multicast, unspecified or broadcast address"}},
+		{"loopback", func(in *Input) { in.Gateway.Spec.Exposures[0].Target.Address = "127.0.0.1" },
+			&wantErr{ReasonTargetReserved, "spec.exposures[0].target.address", ""}},
+		{"a node's address", func(in *Input) { in.NodeAddresses = []netip.Addr{netip.MustParseAddr("100.70.7.10")} },
+			&wantErr{ReasonTargetIsNodeAddress, "spec.exposures[0].target.address", "target 100.70.7.10 is the address of a cluster node"}},
+		{"a Service resolving to a node's address (host network endpoint)", func(in *Input) {
+			in.NodeAddresses = []netip.Addr{netip.MustParseAddr("10.96.0.20")}
+		}, &wantErr{ReasonTargetIsNodeAddress, "spec.exposures[1].target.service.name", `target 10.96.0.20 (service "metrics") is the address of a cluster node`}},
+		{"the gateway's own service CIDR", func(in *Input) { in.Gateway.Spec.Exposures[0].Target.Address = "100.64.3.77" },
+			&wantErr{ReasonTargetInServiceCIDR, "spec.exposures[0].target.address", "target 100.64.3.77 lies in the gateway's own service CIDR 100.64.3.0/24"}},
+		{"another gateway's service CIDR", func(in *Input) {
+			in.OtherServiceCIDRs = []GatewayCIDR{{Gateway: "other/gw", CIDR: netip.MustParsePrefix("100.70.7.0/24")}}
+		}, &wantErr{ReasonTargetInServiceCIDR, "spec.exposures[0].target.address", "target 100.70.7.10 lies in the service CIDR 100.70.7.0/24 of gateway other/gw"}},
+		{"outside the admin's allowed ranges", func(in *Input) {
+			in.Config.AllowedTargetCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}
+		}, &wantErr{ReasonTargetNotAllowed, "spec.exposures[0].target.address", "target 100.70.7.10 is outside the allowed target ranges 10.96.0.0/12 set by the cluster admin"}},
+		{"inside the admin's allowed ranges", func(in *Input) {
+			in.Config.AllowedTargetCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("100.70.0.0/16")}
+		}, nil},
+		{"the seeds' example target 100.64.7.10 with the defaults", func(in *Input) {
+			in.Gateway.Spec.Exposures[0].Target.Address = "100.64.7.10"
+			in.OtherServiceCIDRs = []GatewayCIDR{{Gateway: "t/other", CIDR: netip.MustParsePrefix("100.64.4.0/24")}}
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := testInput(ipsecPeer("a", []string{"10.20.0.0/16"}))
+			tt.mutate(&in)
+			gw, errs := Build(in)
+			if tt.want == nil {
+				if len(errs) > 0 || gw == nil {
+					t.Fatalf("errors %v", errs)
+				}
+				return
+			}
+			if gw != nil || len(errs) != 1 {
+				t.Fatalf("want one error, got %v (model %v)", errs, gw != nil)
+			}
+			e := errs[0]
+			if e.Reason != tt.want.reason || e.Field != tt.want.field || (tt.want.detail != "" && e.Detail != tt.want.detail) {
+				t.Errorf("got %s %s %q\nwant %s %s %q", e.Reason, e.Field, e.Detail, tt.want.reason, tt.want.field, tt.want.detail)
+			}
+		})
+	}
+}
+
+// checkDecisions compares decisions by peer name (message only where wanted).
+func checkDecisions(t *testing.T, gw *Gateway, want map[string]wantDecision) {
+	t.Helper()
+	for _, p := range gw.Peers {
+		w, ok := want[p.Name]
+		if !ok {
+			t.Errorf("unexpected peer %s", p.Name)
+			continue
+		}
+		d := p.Authorization
+		if d.Authorized != w.authorized || d.Reason != w.reason {
+			t.Errorf("%s: got %v/%s (%q), want %v/%s", p.Name, d.Authorized, d.Reason, d.Message, w.authorized, w.reason)
+		}
+		if w.message != "" && d.Message != w.message {
+			t.Errorf("%s: message\n got  %q\n want %q", p.Name, d.Message, w.message)
+		}
+	}
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
+}

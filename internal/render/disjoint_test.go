@@ -1,0 +1,132 @@
+package render_test
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/strongswan"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
+)
+
+// TestRenderedTunnelsPairwiseDisjoint is DESIGN.md's "one source, one tunnel" as a property of
+// what reaches the daemons: over random peer sets — random ages, overlapping subnets, with and
+// without authorization blocks, shared identities — the rendered IPsec remote_ts and WireGuard
+// allowed IPs of any two peers never overlap, and no two IPsec keys share an owner.
+func TestRenderedTunnelsPairwiseDisjoint(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 10))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for iter := range 1500 {
+		proto := vpnv1.ProtocolIPsec
+		if iter%2 == 1 {
+			proto = vpnv1.ProtocolWireGuard
+		}
+		gw := &vpnv1.VPNGateway{
+			ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "t", UID: "u", Generation: 1},
+			Spec: vpnv1.VPNGatewaySpec{
+				Protocol:  proto,
+				Endpoint:  vpnv1.Endpoint{LoadBalancer: &vpnv1.LoadBalancerEndpoint{}},
+				Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "198.51.100.80", Ports: []vpnv1.PortSpec{{Port: 443}}}}},
+			},
+		}
+		n := 1 + rng.IntN(8)
+		var peers []vpnv1.VPNPeer
+		for i := range n {
+			var subnets []string
+			for range 1 + rng.IntN(3) {
+				a := netip.AddrFrom4([4]byte{10, byte(rng.IntN(2)), byte(rng.IntN(4)), byte(rng.IntN(4) * 64)})
+				subnets = append(subnets, netip.PrefixFrom(a, 8+rng.IntN(19)).Masked().String())
+			}
+			p := vpnv1.VPNPeer{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Namespace: "t", UID: "u",
+					CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(rng.IntN(3)) * time.Minute))},
+				Spec: vpnv1.VPNPeerSpec{GatewayRef: "gw"},
+			}
+			if rng.IntN(2) == 0 {
+				p.Spec.Authorization = &vpnv1.Authorization{Exposures: []string{"web"}}
+			}
+			identity := fmt.Sprint(rng.IntN(n)) // sometimes shared with another peer
+			if proto == vpnv1.ProtocolIPsec {
+				p.Spec.IPsec = &vpnv1.IPsecPeer{
+					Peer:          vpnv1.IPsecRemote{Address: "%any", ID: "site" + identity + ".example.com"},
+					RemoteSubnets: dedupe(subnets),
+					PSKSecretRef:  vpnv1.SecretKeyRef{Name: p.Name + "-psk", Key: "psk"},
+				}
+			} else {
+				sum := sha256.Sum256([]byte(identity))
+				p.Spec.WireGuard = &vpnv1.WireGuardPeer{PublicKey: base64.StdEncoding.EncodeToString(sum[:]), Subnets: dedupe(subnets)}
+			}
+			peers = append(peers, p)
+		}
+		m, errs := model.Build(model.Input{
+			Gateway: gw, Peers: peers,
+			Config:        model.Config{PoolCIDR: model.DefaultPoolCIDR},
+			ServiceCIDR:   netip.MustParsePrefix("100.64.1.0/24"),
+			PublicAddress: "192.0.2.1",
+		})
+		if len(errs) > 0 {
+			t.Fatalf("iteration %d: build: %v", iter, errs)
+		}
+		var installed []model.PeerPrefix
+		if proto == vpnv1.ProtocolIPsec {
+			cfg, err := strongswan.Render(m, strongswan.Options{})
+			if err != nil {
+				t.Fatalf("iteration %d: render: %v", iter, err)
+			}
+			for _, c := range cfg.Connections {
+				for _, ch := range c.IKE.Children {
+					for _, ts := range ch.RemoteTS {
+						installed = append(installed, model.PeerPrefix{Peer: c.Peer, Prefix: netip.MustParsePrefix(ts)})
+					}
+				}
+			}
+			owners := map[string]string{}
+			for _, k := range cfg.SharedKeys {
+				for _, o := range k.Owners {
+					if other, dup := owners[o]; dup {
+						t.Fatalf("iteration %d: keys %s and %s share the owner %q", iter, other, k.ID, o)
+					}
+					owners[o] = k.ID
+				}
+			}
+		} else {
+			cfg, err := wireguard.Render(m)
+			if err != nil {
+				t.Fatalf("iteration %d: render: %v", iter, err)
+			}
+			for _, p := range cfg.Peers {
+				for _, a := range p.AllowedIPs {
+					installed = append(installed, model.PeerPrefix{Peer: p.Name, Prefix: a})
+				}
+			}
+		}
+		// Pairwise, the plain way (not the renderers' own sweep).
+		for i, a := range installed {
+			for _, b := range installed[i+1:] {
+				if a.Peer != b.Peer && a.Prefix.Overlaps(b.Prefix) {
+					t.Fatalf("iteration %d (%s): %s of %s overlaps %s of %s", iter, proto, a.Prefix, a.Peer, b.Prefix, b.Peer)
+				}
+			}
+		}
+	}
+}
+
+func dedupe(in []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
