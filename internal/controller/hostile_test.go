@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 	"sync"
@@ -36,7 +37,13 @@ import (
 // Afterwards a well-formed gateway and peer still converge (the operator neither crashed nor
 // wedged its caches on anything it was fed) and the operator stops without error.
 func TestHostileObjects(t *testing.T) {
-	stop := startOperator(t, operatorConfig(), nil)
+	cfg := operatorConfig()
+	// The cluster's ranges and the admin's allow-list, as an installation would set them.
+	cfg.Options.Model.ClusterPodCIDRs = []netip.Prefix{netip.MustParsePrefix("100.96.0.0/16")}
+	cfg.Options.Model.ClusterServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("100.97.0.0/16")}
+	cfg.Options.Model.NodeCIDRs = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/28")}
+	cfg.Options.Model.AllowedTargetCIDRs = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("10.0.0.0/8")}
+	stop := startOperator(t, cfg, nil)
 	var outcomes hostileOutcomes
 
 	t.Run("rejected", func(t *testing.T) {
@@ -178,8 +185,11 @@ const (
 	msgEndpoint  = "exactly one of floatingIPPool, floatingIP, loadBalancer or hostNetwork must be set"
 	msgPeerOne   = "exactly one of ipsec or wireguard must be set"
 	msgSubnets   = "remoteSubnets must be IPv4 network addresses in CIDR notation"
-	msgWGSubnets = "subnets must be IPv4 network addresses in CIDR notation"
-	msgPeerAddr  = "address must be an IP address, a DNS name or %any"
+	// msgUnsafeSubnets and msgUnicastTarget: DESIGN.md "Nothing reaches what the cluster did not offer".
+	msgUnsafeSubnets = "remoteSubnets must not cover 0.0.0.0/8, loopback (127.0.0.0/8), link-local (169.254.0.0/16), multicast (224.0.0.0/4) or reserved (240.0.0.0/4) addresses"
+	msgUnicastTarget = "address must be a unicast address: not loopback, link-local (e.g. cloud metadata 169.254.169.254), multicast, unspecified or broadcast"
+	msgWGSubnets     = "subnets must be IPv4 network addresses in CIDR notation"
+	msgPeerAddr      = "address must be an IP address, a DNS name or %any"
 )
 
 func hostileRejections() []hostileRejection {
@@ -406,6 +416,50 @@ func hostileRejections() []hostileRejection {
 			field: "spec.wireguard.endpoint", msg: "endpoint port must be between 1 and 65535"},
 		{name: "peer/wireguard-endpoint-port-0", obj: wgPeerWith(func(p *vpnv1.VPNPeer) { p.Spec.WireGuard.Endpoint = "198.51.100.7:0" }),
 			field: "spec.wireguard.endpoint", msg: "endpoint port must be between 1 and 65535"},
+
+		// --- unsafe ranges and identities (DESIGN.md "Security model")
+		{name: "peer/remote-subnet-default-route", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"0.0.0.0/0"} }),
+			field: "spec.ipsec.remoteSubnets", msg: "remoteSubnets must not be or contain 0.0.0.0/0"},
+		{name: "peer/remote-subnet-half-the-internet", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"10.20.0.0/16", "0.0.0.0/1"} }),
+			field: "spec.ipsec.remoteSubnets", msg: msgUnsafeSubnets},
+		{name: "peer/remote-subnet-this-network", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"0.0.0.0/8"} }),
+			field: "spec.ipsec.remoteSubnets", msg: msgUnsafeSubnets},
+		{name: "peer/remote-subnet-loopback", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"127.0.0.0/8"} }),
+			field: "spec.ipsec.remoteSubnets", msg: msgUnsafeSubnets},
+		{name: "peer/remote-subnet-inside-loopback", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"127.0.0.1/32"} }),
+			field: "spec.ipsec.remoteSubnets", msg: msgUnsafeSubnets},
+		{name: "peer/remote-subnet-cloud-metadata", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"169.254.169.254/32"} }),
+			field: "spec.ipsec.remoteSubnets", msg: msgUnsafeSubnets},
+		{name: "peer/remote-subnet-multicast", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"224.0.0.0/24"} }),
+			field: "spec.ipsec.remoteSubnets", msg: msgUnsafeSubnets},
+		{name: "peer/remote-subnet-covering-multicast", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"192.0.0.0/2"} }),
+			field: "spec.ipsec.remoteSubnets", msg: msgUnsafeSubnets},
+		{name: "peer/wireguard-subnet-default-route", obj: wgPeerWith(func(p *vpnv1.VPNPeer) { p.Spec.WireGuard.Subnets = []string{"0.0.0.0/0"} }),
+			field: "spec.wireguard.subnets", msg: "subnets must not be or contain 0.0.0.0/0"},
+		{name: "peer/wireguard-subnet-link-local", obj: wgPeerWith(func(p *vpnv1.VPNPeer) { p.Spec.WireGuard.Subnets = []string{"169.254.0.0/16"} }),
+			field: "spec.wireguard.subnets", msg: "subnets must not cover 0.0.0.0/8, loopback"},
+		{name: "peer/id-wildcard", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = "*.example.com" }),
+			field: "spec.ipsec.peer.id", msg: "id must not contain wildcards (*)"},
+		{name: "peer/id-wildcard-in-dn", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = "C=DE, O=Client, CN=*" }),
+			field: "spec.ipsec.peer.id", msg: "id must not contain wildcards (*)"},
+		{name: "peer/address-any-without-id", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.Address, p.Spec.IPsec.Peer.ID = "%any", "" }),
+			field: "spec.ipsec.peer.id", msg: "id is required when address is %any"},
+		{name: "gateway/localID-wildcard", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{LocalID: "*"}
+		}), field: "spec.ipsec.localID", msg: "localID must not contain wildcards (*)"},
+		{name: "gateway/target-cloud-metadata", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Address = "169.254.169.254" }),
+			field: "spec.exposures[0].target.address", msg: msgUnicastTarget},
+		{name: "gateway/target-loopback", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Address = "127.0.0.1" }),
+			field: "spec.exposures[0].target.address", msg: msgUnicastTarget},
+		{name: "gateway/target-multicast", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Address = "224.0.0.251" }),
+			field: "spec.exposures[0].target.address", msg: msgUnicastTarget},
+		{name: "gateway/target-unspecified", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Address = "0.0.0.0" }),
+			field: "spec.exposures[0].target.address", msg: msgUnicastTarget},
+		{name: "gateway/target-broadcast", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Address = "255.255.255.255" }),
+			field: "spec.exposures[0].target.address", msg: msgUnicastTarget},
+		{name: "gateway/reverse-target-link-local", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.ReverseExposures = []vpnv1.ReverseExposure{{Name: "erp", Target: vpnv1.ReverseExposureTarget{Address: "169.254.1.1", Ports: ports(vpnv1.PortSpec{Port: 22})}}}
+		}), field: "spec.reverseExposures[0].target.address", msg: msgUnicastTarget},
 	}
 }
 
@@ -535,7 +589,12 @@ func hostileControls() []hostileControl {
 		{"peer/address-dns-name", peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.Address = "vpn.client-1.example.com" })},
 		{"peer/address-any", peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.Address = "%any" })},
 		{"peer/address-ipv6", peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.Address = "2001:db8::7" })},
-		{"peer/id-distinguished-name", peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = "C=DE, O=Client, CN=*.example.com" })},
+		{"peer/id-distinguished-name", peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = "C=DE, O=Client, CN=fw.example.com" })},
+		{"peer/address-any-with-id", peerWith(func(p *vpnv1.VPNPeer) {
+			p.Spec.IPsec.Peer.Address, p.Spec.IPsec.Peer.ID = "%any", "roaming.example.com"
+		})},
+		{"peer/subnet-slash-32-and-large-private", peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"10.0.0.0/8", "198.51.100.7/32"} })},
+		{"gateway/seed-target-100.64.7.10", gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Address = "100.64.7.10" })},
 		{"peer/esp-rekeyTime", peerRawWith(setDuration("45m", "spec", "ipsec", "esp", "rekeyTime"))},
 		{"peer/authorization-64-names", peerWith(func(p *vpnv1.VPNPeer) {
 			a := &vpnv1.Authorization{}
@@ -598,11 +657,73 @@ func hostileAnswers() []hostileAnswer {
 			create(t, g)
 			return invalidGateway(t, g, vpnv1.ConditionConfigValid, model.ReasonTargetServiceNotFound, "missing-svc")
 		}},
-		{"gateway/target-address-unspecified", func(t *testing.T, ns string) string {
+		{"gateway/target-is-a-node", func(t *testing.T, ns string) string {
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "hostile-node-" + ns}}
+			create(t, node)
+			t.Cleanup(func() { _ = env.Client.Delete(context.Background(), node) })
+			node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.77"}}
+			if err := env.Client.Status().Update(context.Background(), node); err != nil {
+				t.Fatal(err)
+			}
 			g := hostileGateway(ns, "gw")
-			g.Spec.Exposures[0].Target.Address = "0.0.0.0"
+			g.Spec.Exposures[0].Target.Address = "192.0.2.77"
 			create(t, g)
-			return invalidGateway(t, g, vpnv1.ConditionConfigValid, model.ReasonInvalidSpec, "spec.exposures[0].target.address")
+			return invalidGateway(t, g, vpnv1.ConditionConfigValid, model.ReasonTargetIsNodeAddress, "spec.exposures[0].target.address")
+		}},
+		{"gateway/target-in-another-gateway-service-cidr", func(t *testing.T, ns string) string {
+			other := hostileGateway(ns, "other")
+			other.Spec.ServiceCIDR = "100.120.44.0/24"
+			create(t, other)
+			waitCondition(t, other, vpnv1.ConditionAddressesAllocated, metav1.ConditionTrue, controller.ReasonAllocated)
+			g := hostileGateway(ns, "gw")
+			g.Spec.Exposures[0].Target.Address = "100.120.44.9"
+			create(t, g)
+			return invalidGateway(t, g, vpnv1.ConditionConfigValid, model.ReasonTargetInServiceCIDR, ns+"/other")
+		}},
+		{"gateway/target-outside-allowed-ranges", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			g.Spec.Exposures[0].Target.Address = "203.0.113.80"
+			create(t, g)
+			return invalidGateway(t, g, vpnv1.ConditionConfigValid, model.ReasonTargetNotAllowed, "203.0.113.80")
+		}},
+		{"peer/subnet-overlaps-gateway-service-cidr", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			g.Spec.ServiceCIDR = "100.120.48.0/24"
+			create(t, g, pskSecret(ns, "p"))
+			p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16", "100.120.48.128/25"}, nil)
+			create(t, p)
+			return peerCondition(t, p, vpnv1.ConditionAuthorized, model.ReasonSubnetOverlapsServiceCIDR, "100.120.48.128/25")
+		}},
+		{"peer/subnet-overlaps-pod-cidr", func(t *testing.T, ns string) string {
+			create(t, hostileGateway(ns, "gw"), pskSecret(ns, "p"))
+			p := ipsecPeer(ns, "p", "gw", []string{"100.96.7.0/24"}, nil)
+			create(t, p)
+			return peerCondition(t, p, vpnv1.ConditionAuthorized, model.ReasonSubnetOverlapsClusterRange, "pod CIDR")
+		}},
+		{"peer/subnet-overlaps-internal-sources", func(t *testing.T, ns string) string {
+			create(t, hostileGateway(ns, "gw"), pskSecret(ns, "p"))
+			p := ipsecPeer(ns, "p", "gw", []string{"10.0.0.0/8"}, nil)
+			create(t, p)
+			return peerCondition(t, p, vpnv1.ConditionAuthorized, model.ReasonSubnetOverlapsClusterRange, "internal source")
+		}},
+		{"peer/duplicate-remote-id", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			older := ipsecPeer(ns, "a-older", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}})
+			create(t, g, pskSecret(ns, "a-older"), pskSecret(ns, "b-younger"), older)
+			waitCondition(t, older, vpnv1.ConditionAuthorized, metav1.ConditionTrue, model.ReasonAuthorized)
+			time.Sleep(1100 * time.Millisecond) // creation timestamps have second resolution
+			younger := ipsecPeer(ns, "b-younger", "gw", []string{"10.30.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}})
+			younger.Spec.IPsec.Peer.ID = "A-Older.example.com" // the same identity as strongSwan compares it
+			create(t, younger)
+			out := peerCondition(t, younger, vpnv1.ConditionAuthorized, model.ReasonDuplicateIdentity, "a-older")
+			waitCondition(t, older, vpnv1.ConditionAuthorized, metav1.ConditionTrue, model.ReasonAuthorized)
+			c := waitCondition(t, g, controller.ConditionGrantsValid, metav1.ConditionFalse, model.ReasonIdentityConflict)
+			for _, want := range []string{"a-older", "b-younger"} {
+				if !strings.Contains(c.Message, want) {
+					t.Errorf("gateway GrantsValid message %q does not name %q", c.Message, want)
+				}
+			}
+			return out + "; gateway GrantsValid=False/" + c.Reason
 		}},
 		{"gateway/serviceCIDR-overlaps-another-gateway", func(t *testing.T, ns string) string {
 			first := hostileGateway(ns, "first")

@@ -133,6 +133,7 @@ type ExposureTarget struct {
 	// Address of the target.
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="address must be an IPv4 address"
+	// +kubebuilder:validation:XValidation:rule="!isIP(self) || ip(self).family() != 4 || ip(self).isGlobalUnicast()",message="address must be a unicast address: not loopback, link-local (e.g. cloud metadata 169.254.169.254), multicast, unspecified or broadcast"
 	// +optional
 	Address string `json:"address,omitempty"`
 	// Service in the gateway's namespace; the operator resolves its ClusterIP.
@@ -174,6 +175,7 @@ type ReverseExposureTarget struct {
 	// Address of the target, inside the granting peer's subnets.
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="address must be an IPv4 address"
+	// +kubebuilder:validation:XValidation:rule="!isIP(self) || ip(self).family() != 4 || ip(self).isGlobalUnicast()",message="address must be a unicast address: not loopback, link-local (e.g. cloud metadata 169.254.169.254), multicast, unspecified or broadcast"
 	Address string `json:"address"`
 	// Ports reached.
 	// +kubebuilder:validation:MinItems=1
@@ -190,6 +192,7 @@ type IPsecGatewaySettings struct {
 	// LocalID is our IKE identity; defaults to the public address.
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9@._:=,+/* -]+$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('*')",message="localID must not contain wildcards (*)"
 	// +optional
 	LocalID string `json:"localID,omitempty"`
 }

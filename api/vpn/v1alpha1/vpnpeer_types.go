@@ -38,6 +38,8 @@ type IPsecPeer struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=18
 	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c) && cidr(c).ip().family() == 4 && cidr(c) == cidr(c).masked())",message="remoteSubnets must be IPv4 network addresses in CIDR notation, e.g. 10.20.0.0/16"
+	// +kubebuilder:validation:XValidation:rule="self.all(c, !isCIDR(c) || cidr(c).prefixLength() > 0)",message="remoteSubnets must not be or contain 0.0.0.0/0: a peer's subnets are its LAN, never the whole Internet"
+	// +kubebuilder:validation:XValidation:rule="self.all(c, !isCIDR(c) || ['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].all(r, !cidr(r).containsCIDR(cidr(c)) && !cidr(c).containsCIDR(cidr(r))))",message="remoteSubnets must not cover 0.0.0.0/8, loopback (127.0.0.0/8), link-local (169.254.0.0/16), multicast (224.0.0.0/4) or reserved (240.0.0.0/4) addresses"
 	// +listType=set
 	RemoteSubnets []string `json:"remoteSubnets"`
 	// ESP (CHILD SA) settings.
@@ -48,6 +50,8 @@ type IPsecPeer struct {
 }
 
 // IPsecRemote is the remote device's address and IKE identity.
+//
+// +kubebuilder:validation:XValidation:rule="self.address != '%any' || (has(self.id) && self.id != '')",message="id is required when address is %any: a pre-shared key must prove one specific identity",fieldPath=".id"
 type IPsecRemote struct {
 	// Address of the remote device: an IP, a DNS name, or %any for a peer behind dynamic addresses.
 	// +kubebuilder:validation:MinLength=1
@@ -55,8 +59,10 @@ type IPsecRemote struct {
 	// +kubebuilder:validation:XValidation:rule="self == '%any' || isIP(self) || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="address must be an IP address, a DNS name or %any"
 	Address string `json:"address"`
 	// ID is the remote IKE identity (FQDN, IP, user@fqdn or a DN); defaults to the address.
+	// Unique among the gateway's peers; never a wildcard.
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9@._:=,+/* -]+$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('*')",message="id must not contain wildcards (*): a pre-shared key must prove one specific identity"
 	// +optional
 	ID string `json:"id,omitempty"`
 }
@@ -93,6 +99,8 @@ type WireGuardPeer struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=18
 	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c) && cidr(c).ip().family() == 4 && cidr(c) == cidr(c).masked())",message="subnets must be IPv4 network addresses in CIDR notation, e.g. 10.20.0.0/16"
+	// +kubebuilder:validation:XValidation:rule="self.all(c, !isCIDR(c) || cidr(c).prefixLength() > 0)",message="subnets must not be or contain 0.0.0.0/0: a peer's subnets are its LAN, never the whole Internet"
+	// +kubebuilder:validation:XValidation:rule="self.all(c, !isCIDR(c) || ['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].all(r, !cidr(r).containsCIDR(cidr(c)) && !cidr(c).containsCIDR(cidr(r))))",message="subnets must not cover 0.0.0.0/8, loopback (127.0.0.0/8), link-local (169.254.0.0/16), multicast (224.0.0.0/4) or reserved (240.0.0.0/4) addresses"
 	// +listType=set
 	Subnets []string `json:"subnets"`
 	// PresharedKeySecretRef holds an optional preshared key.
