@@ -57,6 +57,9 @@ const (
 	WireGuardRunDir = "/var/run/wireguard"
 	// TunDevice is the TUN device a userspace dataplane needs.
 	TunDevice = "/dev/net/tun"
+	// ServiceAccountDir is where the agent container, and only it, finds its API credentials
+	// (the standard in-cluster location: token, ca.crt, namespace).
+	ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 	// AgentCommand is the gateway agent binary in AgentImage.
 	AgentCommand = "/gateway-agent"
 )
@@ -71,6 +74,7 @@ const (
 	VolumeStrongSwanRun = "strongswan-run"
 	VolumeWireGuardRun  = "wireguard-run"
 	VolumeTun           = "dev-net-tun"
+	VolumeAPIAccess     = "kube-api-access"
 
 	PortMetrics   = "metrics"
 	PortIKE       = "ike"

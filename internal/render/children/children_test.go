@@ -770,3 +770,43 @@ func TestWireGuardDoesNotNeedStrongSwanImage(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Only the agent holds an API token: the pod does not automount one, and the projected token
+// volume is mounted into the agent container alone (charon faces the internet; the init step
+// reads only its ConfigMap).
+func TestOnlyTheAgentHoldsAToken(t *testing.T) {
+	for _, tc := range renderCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustRender(t, tc.gw(), tc.opts)
+			pod := c.Deployment.Spec.Template.Spec
+			if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+				t.Fatalf("automountServiceAccountToken = %v, want false", pod.AutomountServiceAccountToken)
+			}
+			var tokenVolume bool
+			for _, v := range pod.Volumes {
+				if *v.Name == VolumeAPIAccess && v.Projected != nil {
+					for _, src := range v.Projected.Sources {
+						tokenVolume = tokenVolume || src.ServiceAccountToken != nil
+					}
+				}
+			}
+			if !tokenVolume {
+				t.Fatal("no projected ServiceAccount token volume")
+			}
+			for _, ctr := range allContainers(c) {
+				var mounted bool
+				for _, m := range ctr.VolumeMounts {
+					if *m.Name == VolumeAPIAccess {
+						mounted = true
+						if *m.MountPath != ServiceAccountDir || m.ReadOnly == nil || !*m.ReadOnly {
+							t.Errorf("%s mounts the token at %s (read-only %v)", *ctr.Name, *m.MountPath, m.ReadOnly)
+						}
+					}
+				}
+				if mounted != (*ctr.Name == ContainerAgent) {
+					t.Errorf("container %s: token mounted %v", *ctr.Name, mounted)
+				}
+			}
+		})
+	}
+}

@@ -102,6 +102,28 @@ func tunMount() *corev1ac.VolumeMountApplyConfiguration {
 	return corev1ac.VolumeMount().WithName(VolumeTun).WithMountPath(TunDevice)
 }
 
+// apiAccessVolume is what the kubelet would automount for every container — a bound,
+// expiring ServiceAccount token, the cluster CA and the namespace — as a volume the agent
+// container alone mounts.
+func apiAccessVolume() *corev1ac.VolumeApplyConfiguration {
+	return corev1ac.Volume().WithName(VolumeAPIAccess).WithProjected(corev1ac.ProjectedVolumeSource().
+		WithDefaultMode(0o444).
+		WithSources(
+			corev1ac.VolumeProjection().WithServiceAccountToken(corev1ac.ServiceAccountTokenProjection().
+				WithPath("token").WithExpirationSeconds(3607)),
+			corev1ac.VolumeProjection().WithConfigMap(corev1ac.ConfigMapProjection().
+				WithName("kube-root-ca.crt").
+				WithItems(corev1ac.KeyToPath().WithKey("ca.crt").WithPath("ca.crt"))),
+			corev1ac.VolumeProjection().WithDownwardAPI(corev1ac.DownwardAPIProjection().
+				WithItems(corev1ac.DownwardAPIVolumeFile().WithPath("namespace").
+					WithFieldRef(corev1ac.ObjectFieldSelector().WithAPIVersion("v1").WithFieldPath("metadata.namespace")))),
+		))
+}
+
+func apiAccessMount() *corev1ac.VolumeMountApplyConfiguration {
+	return corev1ac.VolumeMount().WithName(VolumeAPIAccess).WithMountPath(ServiceAccountDir).WithReadOnly(true)
+}
+
 func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Options) *appsv1ac.DeploymentApplyConfiguration {
 	ipsec := gw.Protocol == model.ProtocolIPsec
 	hostNetwork := gw.Endpoint.Kind == model.EndpointHostNetwork
@@ -132,12 +154,13 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 		WithReadinessProbe(corev1ac.Probe().WithHTTPGet(corev1ac.HTTPGetAction().
 			WithPath("/readyz").
 			WithPort(intstr.FromString(PortMetrics)))).
-		WithVolumeMounts(configMount())
+		WithVolumeMounts(configMount(), apiAccessMount())
 
 	volumes := []*corev1ac.VolumeApplyConfiguration{
 		corev1ac.Volume().WithName(VolumeConfig).WithConfigMap(corev1ac.ConfigMapVolumeSource().
 			WithName(ConfigMapName(gw.Name)).
 			WithDefaultMode(0o444)),
+		apiAccessVolume(),
 	}
 	containers := []*corev1ac.ContainerApplyConfiguration{}
 
@@ -186,6 +209,9 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 
 	podSpec := corev1ac.PodSpec().
 		WithServiceAccountName(Name(gw.Name)).
+		// Only the agent talks to the API server: the token is mounted into its container
+		// alone (apiAccessVolume), never into charon, which faces the internet, or the init step.
+		WithAutomountServiceAccountToken(false).
 		WithTerminationGracePeriodSeconds(terminationGracePeriod).
 		WithInitContainers(initC).
 		WithContainers(containers...).
