@@ -185,11 +185,13 @@ func testAgentRestart(t *testing.T, proto vpnv1.Protocol, namespace string) {
 		t.Errorf("the new agent's ruleset differs from the old one's:\nbefore:\n%s\nafter:\n%s", rulesBefore, rulesAfter)
 	}
 	// The probe is not vacuous: without the ruleset, site-b's probes of the gateway itself
-	// get through.
+	// get through. (The agent re-applies a deleted ruleset within a second: each attempt
+	// deletes it again right before it probes.)
 	if out, err := l.gw.Run("nft", "delete", "table", "ip", "bnerd_vpn"); err != nil {
 		t.Fatalf("deleting the ruleset: %v: %s", err, out)
 	}
 	waitFor(t, "site-b reaching the gateway once the ruleset is gone (the probe's control)", 10*time.Second, func() error {
+		_, _ = l.gw.Run("nft", "delete", "table", "ip", "bnerd_vpn") // gone already, unless repaired
 		return b.tcpRequest(l.gatewayService(labCanaryPort), time.Second)
 	})
 	switch proto {
