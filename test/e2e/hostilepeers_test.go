@@ -1,0 +1,288 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
+	"golang.zx2c4.com/wireguard/wgctrl"
+)
+
+// Hostile peers (DESIGN.md "Security model"), with real daemons and real packets.
+
+// overlapSubnet lies inside the first lab site's subnet (203.0.113.0/28): the LAN range a
+// second client reuses, or an intruder claims.
+var (
+	overlapSubnet = netip.MustParsePrefix("203.0.113.0/29")
+	overlapAddr   = netip.MustParseAddr("203.0.113.2") // not the first site's own host (.1)
+)
+
+// TestOverlappingDarkPeerReachesNothing: on a multi-peer gateway, a younger peer with no
+// authorization block whose subnets include one inside an older, authorized peer's LAN. Its
+// device claims that range too. It gets a tunnel for its own subnet only: from an address in
+// the overlap it reaches nothing over TCP or UDP (not the older peer's exposure), from its own
+// subnet its packets are dropped and counted on it, and the older peer keeps its access. Before
+// "one source, one tunnel" its CHILD_SA carried the overlap and the ruleset, keyed on source
+// addresses, translated its packets as the older peer's.
+func TestOverlappingDarkPeerReachesNothing(t *testing.T) {
+	for _, proto := range []vpnv1.Protocol{vpnv1.ProtocolIPsec, vpnv1.ProtocolWireGuard} {
+		t.Run(string(proto), func(t *testing.T) {
+			ctx := context.Background()
+			l := newLab(t, proto, "e2e-dark-"+string(proto)[:2], "bdk")
+			hq, intruder := l.newSite("hq"), l.newSite("intruder")
+			if !hq.subnet.Contains(overlapAddr) || hq.subnet.Bits() >= overlapSubnet.Bits() {
+				t.Fatalf("the overlap %s is not inside hq's %s", overlapSubnet, hq.subnet)
+			}
+			l.createPeer(hq, "web")
+			// The intruder: no authorization block on a two-peer gateway (NoGrants), its own
+			// subnet plus one inside hq's. Created after hq, it is the younger (within the same
+			// second, "hq" sorts first).
+			createIntruderPeer(t, l, intruder, []string{intruder.subnet.String(), overlapSubnet.String()})
+
+			// The intruder's device claims the overlap as well and has an address in it.
+			intruder.ns.MustRun("ip", "addr", "add", overlapAddr.String()+"/32", "dev", "lo")
+			l.configureDevice(hq)
+			configureIntruderDevice(t, l, intruder)
+			agent := l.startAgent()
+			l.waitAgentReady(agent, 30*time.Second)
+
+			waitFor(t, "hq reaches web", 60*time.Second, func() error { return hq.request(l.web(53), time.Second) })
+			waitFor(t, "the intruder's tunnel up", 60*time.Second, func() error {
+				_, err := peerConnected(l.k8sNS, "intruder")
+				return err
+			})
+			// From the overlap: TCP and UDP to hq's exposure fail, again and again.
+			fromOverlap := &labSite{name: "intruder", ns: intruder.ns, addr: overlapAddr}
+			for i := range 5 {
+				if err := fromOverlap.request(l.web(53), 500*time.Millisecond); err == nil {
+					t.Fatalf("attempt %d: the intruder reached web over UDP from %s, inside hq's subnet", i, overlapAddr)
+				}
+				if err := fromOverlap.tcpRequest(l.web(80), 500*time.Millisecond); err == nil {
+					t.Fatalf("attempt %d: the intruder reached web over TCP from %s, inside hq's subnet", i, overlapAddr)
+				}
+			}
+			// Its tunnel carries no selector for the overlap.
+			if proto == vpnv1.ProtocolIPsec {
+				sas, err := l.gwCharon.Swanctl("--list-sas")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(sas, intruder.subnet.String()) || strings.Contains(sas, overlapSubnet.String()) {
+					t.Fatalf("the gateway's SAs should carry %s and not %s:\n%s", intruder.subnet, overlapSubnet, sas)
+				}
+			} else {
+				// The gateway's userspace device, through its UAPI socket.
+				wc, err := wgctrl.New()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer wc.Close()
+				dev, err := wc.Device("wg0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var dump []string
+				for _, p := range dev.Peers {
+					for _, a := range p.AllowedIPs {
+						dump = append(dump, p.PublicKey.String()[:8]+" "+a.String())
+					}
+				}
+				all := strings.Join(dump, "\n")
+				if !strings.Contains(all, intruder.subnet.String()) || strings.Contains(all, overlapSubnet.String()) {
+					t.Fatalf("the gateway's allowed IPs should carry %s and not %s:\n%s", intruder.subnet, overlapSubnet, all)
+				}
+			}
+
+			// From its own subnet: refused and counted on the intruder.
+			before := dropCounter(t, l.gw, "intruder")
+			for i := range 3 {
+				if err := intruder.tcpRequest(l.web(80), 500*time.Millisecond); err == nil {
+					t.Fatalf("attempt %d: the dark intruder reached web from its own subnet", i)
+				}
+			}
+			waitFor(t, "the intruder's drop counter rises", 10*time.Second, func() error {
+				if after := dropCounter(t, l.gw, "intruder"); after <= before {
+					return fmt.Errorf("drops %v -> %v", before, after)
+				}
+				return nil
+			})
+			// hq keeps its grant (its replies are not drawn into the intruder's tunnel).
+			if err := hq.tcpRequest(l.web(80), 2*time.Second); err != nil {
+				t.Fatalf("hq lost web: %v", err)
+			}
+			peer := &vpnv1.VPNPeer{}
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: l.k8sNS, Name: "intruder"}, peer); err != nil {
+				t.Fatal(err)
+			}
+			c := meta.FindStatusCondition(peer.Status.Conditions, vpnv1.ConditionAuthorized)
+			if c == nil || c.Status != metav1.ConditionFalse || c.Reason != model.ReasonSubnetConflict || !strings.Contains(c.Message, overlapSubnet.String()) {
+				t.Fatalf("intruder's Authorized condition %+v, want False/SubnetConflict naming %s", c, overlapSubnet)
+			}
+			t.Logf("intruder: Authorized=%s/%s: %s", c.Status, c.Reason, c.Message)
+		})
+	}
+}
+
+// TestPSKProvesOneIdentity: peer A (hq) presents the identity of peer B (victim, configured at
+// %any) with A's own PSK. IKE authentication fails; B's tunnel stays up and carries traffic,
+// and the attacker reaches nothing. Before keys were owned by the remote ID alone, each key
+// was also owned by the gateway's identity, so charon tried A's key for B's identity and it
+// verified.
+func TestPSKProvesOneIdentity(t *testing.T) {
+	ctx := context.Background()
+	l := newLab(t, vpnv1.ProtocolIPsec, "e2e-psk-id", "")
+	hq, victim, attacker := l.newSite("hq"), l.newSite("victim"), l.newSite("attacker")
+	l.createPeer(hq, "other")
+	// The victim roams: address %any, a specific ID; it is granted web.
+	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: "victim-psk"},
+		Data: map[string][]byte{"psk": []byte(victim.psk)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, &vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: "victim"}, Spec: vpnv1.VPNPeerSpec{
+		GatewayRef: "gw", Authorization: &vpnv1.Authorization{Exposures: []string{"web"}},
+		IPsec: &vpnv1.IPsecPeer{
+			Peer:          vpnv1.IPsecRemote{Address: "%any", ID: "victim.example.com"},
+			RemoteSubnets: []string{victim.subnet.String()},
+			PSKSecretRef:  vpnv1.SecretKeyRef{Name: "victim-psk", Key: "psk"},
+		},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	agent := l.startAgent()
+	l.waitAgentReady(agent, 30*time.Second)
+	// The victim initiates (the gateway cannot: %any); it does so once the gateway has it.
+	l.configureDevice(hq)
+	l.configureDevice(victim)
+	waitFor(t, "the victim reaches web", 60*time.Second, func() error { return victim.request(l.web(53), time.Second) })
+	victimSA := ikeSA(t, victim.charon)
+
+	// The attacker: hq's PSK, the victim's identity and subnet, from its own address.
+	attacker.psk = hq.psk
+	attacker.subnet, attacker.addr = victim.subnet, victim.subnet.Addr().Next()
+	attacker.ns.MustRun("ip", "addr", "add", attacker.addr.String()+"/32", "dev", "lo")
+	conf := strings.ReplaceAll(labSwanctlConf(attacker, l.serviceCIDR), "attacker.example.com", "victim.example.com")
+	seen := len(l.gwCharon.Log()) // the gateway's log so far: the victim's own authentication
+	attacker.charon = charontest.Start(t, attacker.cns, attacker.name, charontest.Config{})
+	if err := attacker.charon.LoadSwanctlConf(conf); err != nil {
+		t.Fatal(err)
+	}
+	// The attempt ends in an authentication failure: the attacker is told AUTHENTICATION_FAILED,
+	// and the gateway found no key of the victim's identity that verifies.
+	waitFor(t, "the attacker refused", 30*time.Second, func() error {
+		if !strings.Contains(attacker.charon.Log(), "received AUTHENTICATION_FAILED notify error") {
+			return fmt.Errorf("no AUTHENTICATION_FAILED in the attacker's log yet")
+		}
+		return nil
+	})
+	gwLog := l.gwCharon.Log()
+	if len(gwLog) > seen {
+		gwLog = gwLog[seen:]
+	}
+	if strings.Contains(gwLog, "with pre-shared key successful") {
+		t.Fatalf("the gateway accepted a pre-shared key from the attacker:\n%s", gwLog)
+	}
+	if !strings.Contains(gwLog, "MAC mismatched") {
+		t.Errorf("the gateway's log does not show the failed verification:\n%s", gwLog)
+	}
+	if sas, _ := attacker.charon.Swanctl("--list-sas"); strings.Contains(sas, "ESTABLISHED") {
+		t.Fatalf("the attacker has an established SA:\n%s", sas)
+	}
+	if err := attacker.request(l.web(53), time.Second); err == nil {
+		t.Fatal("the attacker reached web")
+	}
+	// The victim's tunnel is the same IKE SA and still carries traffic.
+	if now := ikeSA(t, victim.charon); now != victimSA {
+		t.Errorf("the victim's IKE SA changed: %s -> %s", victimSA, now)
+	}
+	if err := victim.tcpRequest(l.web(80), 2*time.Second); err != nil {
+		t.Fatalf("the victim lost web: %v", err)
+	}
+	waitFor(t, "the victim reported Connected", 10*time.Second, func() error {
+		_, err := peerConnected(l.k8sNS, "victim")
+		return err
+	})
+}
+
+// createIntruderPeer creates the site's VPNPeer (and PSK Secret) with the given subnets and
+// no authorization block.
+func createIntruderPeer(t *testing.T, l *lab, s *labSite, subnets []string) {
+	t.Helper()
+	ctx := context.Background()
+	peer := &vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: s.name}, Spec: vpnv1.VPNPeerSpec{GatewayRef: "gw"}}
+	if l.proto == vpnv1.ProtocolIPsec {
+		if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: s.name + "-psk"},
+			Data: map[string][]byte{"psk": []byte(s.psk)}}); err != nil {
+			t.Fatal(err)
+		}
+		peer.Spec.IPsec = &vpnv1.IPsecPeer{
+			Peer:          vpnv1.IPsecRemote{Address: s.ext.String(), ID: s.name + ".example.com"},
+			RemoteSubnets: subnets,
+			PSKSecretRef:  vpnv1.SecretKeyRef{Name: s.name + "-psk", Key: "psk"},
+		}
+	} else {
+		keepalive := int32(1)
+		peer.Spec.WireGuard = &vpnv1.WireGuardPeer{PublicKey: s.key.PublicKey().String(), Subnets: subnets,
+			Endpoint: netip.AddrPortFrom(s.ext, 51821).String(), PersistentKeepalive: &keepalive}
+	}
+	if err := env.Client.Create(ctx, peer); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// configureIntruderDevice configures the intruder's device to claim the overlap too: IPsec
+// proposes it as a traffic selector; WireGuard sends from it (its allowed IPs toward the
+// gateway are the service CIDR, so any source goes into the tunnel).
+func configureIntruderDevice(t *testing.T, l *lab, s *labSite) {
+	t.Helper()
+	if l.proto == vpnv1.ProtocolIPsec {
+		s.charon = charontest.Start(t, s.cns, s.name, charontest.Config{})
+		conf := strings.Replace(labSwanctlConf(s, l.serviceCIDR), "local_ts = "+s.subnet.String(),
+			"local_ts = "+s.subnet.String()+", "+overlapSubnet.String(), 1)
+		if err := s.charon.LoadSwanctlConf(conf); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	s.wg = wgtest.Start(t, s.ns, wgtest.Options{InterfaceName: wgtest.UniqueInterfaceName(s.name), Mode: "userspace"})
+	ref := model.SecretKeyRef{Name: "site", Key: "privateKey"}
+	if err := s.wg.Apply(&rwg.Config{
+		Interface: rwg.Interface{ListenPort: 51821, Address: netip.PrefixFrom(s.addr, s.subnet.Bits()), MTU: 1420, PrivateKey: ref},
+		Peers: []rwg.Peer{{Name: "gateway", PublicKey: l.gwKey.PublicKey().String(), AllowedIPs: []netip.Prefix{l.serviceCIDR},
+			Endpoint: netip.AddrPortFrom(labGatewayAddr, 51820).String(), PersistentKeepalive: 1}},
+	}, wgtest.Secrets{ref: []byte(s.key.String())}); err != nil {
+		t.Fatalf("intruder device: %v\n%s", err, s.wg.Log())
+	}
+}
+
+// ikeSA is the site's established IKE SA to the gateway ("gw: #N"), failing when there is none.
+func ikeSA(t *testing.T, c *charontest.Charon) string {
+	t.Helper()
+	var sa string
+	waitFor(t, "an established IKE SA", 30*time.Second, func() error {
+		out, err := c.Swanctl("--list-sas", "--ike", "gw")
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "gw: #") && strings.Contains(line, "ESTABLISHED") {
+				sa = strings.Fields(line)[1]
+				return nil
+			}
+		}
+		return fmt.Errorf("no established SA:\n%s", out)
+	})
+	return sa
+}
