@@ -106,11 +106,18 @@ func (f *Firewall) Verify(ctx context.Context) (agent.Drift, error) {
 	if !missing {
 		before, _ = f.read(ctx)
 	}
+	gen, genOK = f.generation()
 	if err := f.load(ctx, f.applied); err != nil {
 		return drift, fmt.Errorf("re-applying nftables ruleset: %w", err)
 	}
 	f.carry(before)
-	f.record(ctx)
+	// The same ruleset lists as before: when the load was the namespace's only commit since
+	// (one transaction, one generation), the reference listing still holds.
+	if after, ok := f.generation(); genOK && ok && after == gen+1 && f.listing != nil {
+		f.gen, f.genOK = after, true
+	} else {
+		f.record(ctx)
+	}
 	return drift, nil
 }
 

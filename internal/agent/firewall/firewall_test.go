@@ -220,7 +220,7 @@ func testVerify(t *testing.T, ns *netns.NS, f *Firewall, gen func() (uint32, err
 			agent.DriftChanged, `policy accept;" found where`, true},
 		{"chain flushed", []string{"flush", "chain", "ip", "bnerd_vpn", "input"}, agent.DriftChanged, `chain input: "}" found where "icmp type`, true},
 	}
-	for _, c := range cases {
+	for i, c := range cases {
 		total := counted()
 		if total != uint64(pings) {
 			t.Fatalf("%s: counted %d pings of %d before the sabotage", c.name, total, pings)
@@ -247,6 +247,12 @@ func testVerify(t *testing.T, ns *netns.NS, f *Firewall, gen func() (uint32, err
 		}
 		if d, err := f.Verify(ctx); err != nil || d.Drifted() {
 			t.Fatalf("%s: Verify after the repair: %+v %v", c.name, d, err)
+		}
+		// Another table changing makes the next check list the repaired table: it matches the
+		// reference listing.
+		ns.MustRun("nft", "add", "table", "ip", "someone_else_"+strconv.Itoa(i))
+		if d, err := f.Verify(ctx); err != nil || d.Drifted() {
+			t.Fatalf("%s: Verify after another table changed: %+v %v", c.name, d, err)
 		}
 		// The repaired table counts again; what the drifted one had counted is kept where it
 		// could be read.

@@ -25,17 +25,26 @@ func normalizeListing(listing string) []string {
 			out = append(out, line)
 			continue
 		}
-		// Gather the block up to its closing brace, across lines.
+		// Gather the block up to its closing brace, across lines (scanned once: a large set
+		// lists thousands of element lines).
 		indent := line[:len(line)-len(strings.TrimLeft(line, " \t"))]
-		body := line[at+len("elements = {"):]
-		inner, rest, closed := closeBlock(body)
-		for !closed && i+1 < len(lines) {
+		var sc blockScanner
+		var inner strings.Builder
+		part := line[at+len("elements = {"):]
+		rest, closed := "", false
+		for {
+			var before string
+			before, rest, closed = sc.scan(part)
+			inner.WriteString(before)
+			if closed || i+1 >= len(lines) {
+				break
+			}
 			i++
-			body += "\n" + lines[i]
-			inner, rest, closed = closeBlock(body)
+			inner.WriteByte('\n')
+			part = lines[i]
 		}
 		out = append(out, line[:at]+"elements = {")
-		elems := splitElements(inner)
+		elems := splitElements(inner.String())
 		slices.Sort(elems)
 		for _, e := range elems {
 			out = append(out, indent+"\t"+e)
@@ -48,26 +57,31 @@ func normalizeListing(listing string) []string {
 // inQuotes reports whether s ends inside a double-quoted string.
 func inQuotes(s string) bool { return strings.Count(s, `"`)%2 == 1 }
 
-// closeBlock finds the brace that closes an elements block in body (what follows
-// "elements = {"), outside quotes and nested braces: the elements before it, what follows it,
-// and whether it was found.
-func closeBlock(body string) (inner, rest string, closed bool) {
-	depth, quoted := 0, false
-	for i, c := range body {
+// blockScanner finds the brace that closes an elements block, outside quotes and nested
+// braces, one piece of the block at a time.
+type blockScanner struct {
+	depth  int
+	quoted bool
+}
+
+// scan reads the next piece: what belongs to the block, what follows its closing brace, and
+// whether the brace was in this piece.
+func (b *blockScanner) scan(piece string) (inner, rest string, closed bool) {
+	for i, c := range piece {
 		switch {
 		case c == '"':
-			quoted = !quoted
-		case quoted:
+			b.quoted = !b.quoted
+		case b.quoted:
 		case c == '{':
-			depth++
+			b.depth++
 		case c == '}':
-			if depth == 0 {
-				return body[:i], body[i+1:], true
+			if b.depth == 0 {
+				return piece[:i], piece[i+1:], true
 			}
-			depth--
+			b.depth--
 		}
 	}
-	return body, "", false
+	return piece, "", false
 }
 
 // splitElements splits the inside of an elements block at its top-level commas.
