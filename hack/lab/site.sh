@@ -2,7 +2,8 @@
 # site.sh <name> <index> <id> <psk> <service-cidr>: a client's site as its device would be
 # configured from our parameter sheet: network namespace lab-site-<name> (site_netns in common.sh)
 # running charon-systemd (kernel-libipsec) with our address as the peer, our service CIDR as its
-# remote network and its PSK.
+# remote network and its PSK. SITE_EXTRA_TS: more local networks the device proposes (the
+# e2e's hostile site claims one inside another site's LAN).
 # Removed by hack/lab/cluster-down.sh.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -29,7 +30,7 @@ connections {
              id = $NODE_IP }
     children {
       net {
-        local_ts = $(site_lan "$i")
+        local_ts = $(site_lan "$i")${SITE_EXTRA_TS:+, $SITE_EXTRA_TS}
         remote_ts = $CIDR
         esp_proposals = aes256gcm16-ecp256
         start_action = start

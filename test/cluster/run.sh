@@ -2,13 +2,16 @@
 # `make e2e-cluster` (issue 6) against the lab cluster hack/lab/cluster-up.sh started: runs the lab
 # (operator from config/default, sample client, two strongSwan sites on a host-network IPsec
 # gateway, one WireGuard site on a gateway behind a LoadBalancer Service) and asserts, in order:
-#   1. no container of either gateway pod is privileged;
+#   1. no container of either gateway pod is privileged, and only the agent container holds an
+#      API token;
 #   2. the tunnels come up (lab.sh fails otherwise) and all three peers report Connected;
 #   3. the exposure is reachable from the granted peer and not from the other, whose drop
 #      counter rises; the WireGuard peer reaches its gateway's exposure of a Service, and its
 #      status shows the handshake and the bytes;
 #   3b. the backend Deployment replaced: the host-network gateway follows the Service's endpoints;
 #   4. a peer added live comes up and reaches its grant, other peers' tunnels undisturbed;
+#   4b. a hostile, overlapping dark peer (no grant, a subnet inside hq's LAN that its device
+#      claims too) reaches nothing, from the overlap or from its own LAN; hq keeps its access;
 #   5. deleting a gateway pod brings a new one and the tunnel back (time printed), for both;
 #   6. restarting the operator re-creates nothing (gateway Deployment generation, pod, ConfigMap);
 #   7. the agents' logs show no failure to cut revoked connections (netlink conntrack in a pod);
@@ -42,6 +45,10 @@ for gw in acme-gw acme-wg; do
   priv=$(kubectl -n $NS get pod "$(gwpod $gw)" -o jsonpath='{range .spec.initContainers[*]}{.name}={.securityContext.privileged} adds {.securityContext.capabilities.add}{"\n"}{end}{range .spec.containers[*]}{.name}={.securityContext.privileged} adds {.securityContext.capabilities.add}{"\n"}{end}')
   echo "$gw: $priv"
   if echo "$priv" | grep -q '=true'; then fail "a container of $gw is privileged"; else pass "no container of $gw is privileged"; fi
+  # which containers mount the ServiceAccount token (the pod automounts none)
+  tok=$(kubectl -n $NS get pod "$(gwpod $gw)" -o jsonpath='{range .spec.initContainers[*]}{.name}:{range .volumeMounts[*]}{.mountPath} {end}{"\n"}{end}{range .spec.containers[*]}{.name}:{range .volumeMounts[*]}{.mountPath} {end}{"\n"}{end}' |
+    grep /var/run/secrets/kubernetes.io/serviceaccount | cut -d: -f1 | tr '\n' ' ')
+  if [ "$tok" = "agent " ]; then pass "$gw: only the agent container holds an API token"; else fail "$gw: containers with an API token: '$tok' (want only agent)"; fi
 done
 
 echo "=== RUN 2 connected"
@@ -80,6 +87,48 @@ if wait_for check 90 newsite_live; then pass "new peer reaches web after $((SECO
 wait_for check 30 sh -c "kubectl -n $NS get vpnpeer newsite -o jsonpath='{.status.conditions[?(@.type==\"Connected\")].status}' | grep -q True" && pass "new peer Connected" || fail "new peer not Connected"
 hq_sa_after=$(STRONGSWAN_CONF="$S/sites/hq/strongswan.conf" swanctl --list-sas 2>/dev/null | grep -o 'acme: #[0-9]*' | head -1)
 if [ -n "$hq_sa_before" ] && [ "$hq_sa_before" = "$hq_sa_after" ]; then pass "hq's IKE SA undisturbed ($hq_sa_after)"; else fail "hq's IKE SA changed ($hq_sa_before -> $hq_sa_after)"; fi
+
+echo "=== RUN 4b overlapping dark peer reaches nothing"
+# The intruder: no authorization block, its own LAN plus 203.0.113.16/29 inside hq's LAN
+# ($(site_lan 1)), which its device proposes too, with an address there.
+overlap=203.0.113.16/29 overlap_host=203.0.113.18
+PSK=lab-intruder-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Secret
+metadata: {name: intruder-psk, namespace: $NS}
+stringData: {psk: "$PSK"}
+---
+apiVersion: vpn.bnerd.net/v1alpha1
+kind: VPNPeer
+metadata: {name: intruder, namespace: $NS}
+spec:
+  gatewayRef: acme-gw
+  ipsec:
+    peer: {address: $(site_link_site 5), id: intruder.acme.example}
+    remoteSubnets: [$(site_lan 5), $overlap]
+    esp: {proposals: [aes256gcm16-ecp256]}
+    pskSecretRef: {name: intruder-psk, key: psk}
+YAML
+SITE_EXTRA_TS=$overlap "$root/hack/lab/site.sh" intruder 5 intruder.acme.example "$PSK" "$CIDR"
+ip -n lab-site-intruder addr add $overlap_host/32 dev lo
+wait_for "the intruder's Authorized condition" 30 sh -c "kubectl -n $NS get vpnpeer intruder -o jsonpath='{.status.conditions[?(@.type==\"Authorized\")].reason}' | grep -qx SubnetConflict" &&
+  pass "intruder: Authorized=False/SubnetConflict: $(kubectl -n $NS get vpnpeer intruder -o jsonpath='{.status.conditions[?(@.type=="Authorized")].message}')" ||
+  fail "intruder's Authorized reason: $(kubectl -n $NS get vpnpeer intruder -o jsonpath='{.status.conditions[?(@.type=="Authorized")].reason}')"
+intruder_up() { site_ensure intruder; STRONGSWAN_CONF="$S/sites/intruder/strongswan.conf" swanctl --list-sas 2>/dev/null | grep -q INSTALLED; }
+if wait_for "the intruder's tunnel" 60 intruder_up; then
+  sas=$(STRONGSWAN_CONF="$S/sites/intruder/strongswan.conf" swanctl --list-sas 2>/dev/null)
+  if echo "$sas" | grep -q "$overlap"; then fail "the intruder's CHILD_SA carries $overlap: $(echo "$sas" | grep local)"; else pass "the intruder's tunnel carries only its own LAN: $(echo "$sas" | grep -m1 ' local ' | xargs)"; fi
+else fail "the intruder's own subnet got no tunnel"; fi
+breach=""
+for i in 1 2 3; do
+  ip netns exec lab-site-intruder curl -sS --max-time 2 --interface $overlap_host "http://$VIP_WEB:8080/" >/dev/null 2>&1 && breach="$breach tcp-from-overlap"
+  ip netns exec lab-site-intruder curl -sS --max-time 2 --interface "$(site_host 5)" "http://$VIP_WEB:8080/" >/dev/null 2>&1 && breach="$breach tcp-from-own-lan"
+done
+if [ -z "$breach" ]; then pass "the intruder reaches nothing (from the overlap and from its own LAN)"; else fail "the intruder got through:$breach"; fi
+if curl_from hq 1 3 "http://$VIP_WEB:8080/" >/dev/null; then pass "hq still reaches web"; else fail "hq lost web to the intruder"; fi
+kubectl -n $NS delete vpnpeer intruder --wait=true >/dev/null
+kubectl -n $NS delete secret intruder-psk >/dev/null
 
 echo "=== RUN 5 gateway pod deleted"
 old=$(gwpod); t=$SECONDS
