@@ -51,7 +51,7 @@ type IPsecPeer struct {
 
 // IPsecRemote is the remote device's address and IKE identity.
 //
-// +kubebuilder:validation:XValidation:rule="self.address != '%any' || (has(self.id) && self.id != '')",message="id is required when address is %any: a pre-shared key must prove one specific identity",fieldPath=".id"
+// +kubebuilder:validation:XValidation:rule="self.address != '%any' || (has(self.id) && size(self.id) > 0)",message="id is required when address is %any: a pre-shared key must prove one specific identity",fieldPath=".id"
 type IPsecRemote struct {
 	// Address of the remote device: an IP, a DNS name, or %any for a peer behind dynamic addresses.
 	// +kubebuilder:validation:MinLength=1
