@@ -165,8 +165,8 @@ func (e *Engine) Apply(ctx context.Context, u Update) error {
 }
 
 // Verify checks the ruleset against the one applied and, when the firewall found it missing
-// or changed and re-applied it, logs the repair, counts it, records an Event on the gateway and
-// ends the connections the drifted table let start. It returns what the firewall found.
+// or changed and re-applied it, logs the repair, counts it, ends the connections the drifted
+// table let start and records an Event on the gateway. It returns what the firewall found.
 func (e *Engine) Verify(ctx context.Context) (Drift, error) {
 	start := time.Now()
 	d, err := e.Firewall.Verify(ctx)
@@ -184,14 +184,14 @@ func (e *Engine) Verify(ctx context.Context) (Drift, error) {
 	if m == nil {
 		return d, nil
 	}
-	if e.Events != nil {
-		e.Events.Event(m, "Warning", ReasonRulesetRepaired,
-			fmt.Sprintf("The gateway's nftables table was %s (%s); the agent re-applied the rendered ruleset", d.Kind, d.Detail))
-	}
 	if n, err := e.Firewall.CutUnruledFlows(ctx, m); err != nil {
 		e.Log.Error(err, "ruleset repaired: connections the drifted table let start could not be cut; new ones are refused")
 	} else if n > 0 {
 		e.Log.Info("cut connections the drifted ruleset let start", "connections", n)
+	}
+	if e.Events != nil {
+		e.Events.Event(m, "Warning", ReasonRulesetRepaired,
+			fmt.Sprintf("The gateway's nftables table was %s (%s); the agent re-applied the rendered ruleset", d.Kind, d.Detail))
 	}
 	return d, nil
 }
