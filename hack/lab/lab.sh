@@ -73,9 +73,9 @@ spec:
   # Services, which the operator resolves: in the host network to a ready endpoint (kube-proxy
   # cannot translate a ClusterIP in the node's own network namespace), in a pod to the ClusterIP
   - name: web
-    target: {service: {name: web}, ports: [{port: 8080}]}
+    target: {service: {name: web}, ports: [8080]}
   - name: admin
-    target: {service: {name: admin}, ports: [{port: 8081}]}
+    target: {service: {name: admin}, ports: [8081]}
   ipsec:
     ike:
       version: 2
@@ -93,7 +93,7 @@ spec:
     loadBalancer: {loadBalancerClass: $LB_CLASS}
   exposures:
   - name: web
-    target: {service: {name: web}, ports: [{port: 8080}]}
+    target: {service: {name: web}, ports: [8080]}
   wireguard: {listenPort: 51820}
 ---
 apiVersion: vpn.bnerd.net/v1alpha1

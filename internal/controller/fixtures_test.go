@@ -19,11 +19,11 @@ func ipsecGateway(ns, name string) *vpnv1.VPNGateway {
 			Protocol: vpnv1.ProtocolIPsec,
 			Endpoint: vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.10"}},
 			Exposures: []vpnv1.Exposure{
-				{Name: "api", Target: vpnv1.ExposureTarget{Address: "192.0.2.10", Ports: []vpnv1.PortSpec{{Port: 443}}}},
-				{Name: "db", Target: vpnv1.ExposureTarget{Address: "192.0.2.11", Ports: []vpnv1.PortSpec{{Port: 5432}}}},
+				{Name: "api", Target: vpnv1.ExposureTarget{Address: "192.0.2.10", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}},
+				{Name: "db", Target: vpnv1.ExposureTarget{Address: "192.0.2.11", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 5432})}},
 			},
 			ReverseExposures: []vpnv1.ReverseExposure{
-				{Name: "erp", Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: []vpnv1.PortSpec{{Port: 1433}}}},
+				{Name: "erp", Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 1433})}},
 			},
 		},
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -185,6 +186,7 @@ const (
 	msgEndpoint  = "exactly one of floatingIPPool, floatingIP, loadBalancer or hostNetwork must be set"
 	msgPeerOne   = "exactly one of ipsec or wireguard must be set"
 	msgSubnets   = "remoteSubnets must be IPv4 network addresses in CIDR notation"
+	msgPorts     = "ports must be port numbers (443) or strings"
 	// msgUnsafeSubnets and msgUnicastTarget: DESIGN.md "Nothing reaches what the cluster did not offer".
 	msgUnsafeSubnets = "remoteSubnets must not cover 0.0.0.0/8, loopback (127.0.0.0/8), link-local (169.254.0.0/16), multicast (224.0.0.0/4) or reserved (240.0.0.0/4) addresses"
 	msgUnicastTarget = "address must be a unicast address: not loopback, link-local (e.g. cloud metadata 169.254.169.254), multicast, unspecified or broadcast"
@@ -194,7 +196,7 @@ const (
 
 func hostileRejections() []hostileRejection {
 	long := func(n int) string { return strings.Repeat("a", n) }
-	ports := func(ps ...vpnv1.PortSpec) []vpnv1.PortSpec { return ps }
+	ports := vpnv1.Ports
 	setDuration := func(value string, path ...string) func(map[string]any) {
 		return func(m map[string]any) { mustSet(m, value, path...) }
 	}
@@ -255,21 +257,25 @@ func hostileRejections() []hostileRejection {
 		{name: "gateway/exposure-name-equals-reverse-exposure", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
 			g.Spec.ReverseExposures = []vpnv1.ReverseExposure{{Name: "api", Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: ports(vpnv1.PortSpec{Port: 22})}}}
 		}), field: "spec.reverseExposures", msg: "exposure and reverse exposure names must be distinct"},
-		{name: "gateway/port-0", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports[0].Port = 0 }),
-			field: "spec.exposures[0].target.ports[0].port", msg: "should be greater than or equal to 1"},
-		{name: "gateway/port-65536", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports[0].Port = 65536 }),
-			field: "spec.exposures[0].target.ports[0].port", msg: "should be less than or equal to 65535"},
-		{name: "gateway/targetPort-65536", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports[0].TargetPort = 65536 }),
-			field: "spec.exposures[0].target.ports[0].targetPort", msg: "should be less than or equal to 65535"},
-		{name: "gateway/port-protocol-not-in-enum", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports[0].Protocol = "SCTP" }),
-			field: "spec.exposures[0].target.ports[0].protocol", msg: `Unsupported value: "SCTP"`},
-		{name: "gateway/ports-udp-duplicate", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
-			g.Spec.Exposures[0].Target.Ports = ports(vpnv1.PortSpec{Port: 53, Protocol: "UDP"}, vpnv1.PortSpec{Port: 53, Protocol: "TCP"}, vpnv1.PortSpec{Port: 53, Protocol: "UDP", TargetPort: 5353})
-		}), field: "spec.exposures[0].target.ports", msg: "ports must be unique per protocol"},
-		{name: "gateway/ports-tcp-duplicate-via-default", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
-			g.Spec.Exposures[0].Target.Ports = ports(vpnv1.PortSpec{Port: 443}, vpnv1.PortSpec{Port: 443, Protocol: "TCP"})
-		}), field: "spec.exposures[0].target.ports", msg: "ports must be unique per protocol"},
-		{name: "gateway/ports-empty", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports = []vpnv1.PortSpec{} }),
+		{name: "gateway/port-0", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports[0] = intstr.FromInt32(0) }),
+			field: "spec.exposures[0].target.ports[0]", msg: msgPorts},
+		{name: "gateway/port-65536", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports[0] = intstr.FromInt32(65536) }),
+			field: "spec.exposures[0].target.ports[0]", msg: msgPorts},
+		{name: "gateway/targetPort-65536", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports[0] = intstr.FromString("443:65536") }),
+			field: "spec.exposures[0].target.ports[0]", msg: msgPorts},
+		{name: "gateway/port-string-0", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports[0] = intstr.FromString("0/udp") }),
+			field: "spec.exposures[0].target.ports[0]", msg: msgPorts},
+		{name: "gateway/port-protocol-sctp", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports[0] = intstr.FromString("443/sctp") }),
+			field: "spec.exposures[0].target.ports[0]", msg: msgPorts},
+		{name: "gateway/port-injection", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Exposures[0].Target.Ports[0] = intstr.FromString("443; flush ruleset")
+		}), field: "spec.exposures[0].target.ports[0]", msg: "Too long: may not be more than 16 bytes"},
+		{name: "gateway/port-injection-short", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Exposures[0].Target.Ports[0] = intstr.FromString("443;drop")
+		}), field: "spec.exposures[0].target.ports[0]", msg: msgPorts},
+		{name: "gateway/port-range-not-supported", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports[0] = intstr.FromString("8000-8080") }),
+			field: "spec.exposures[0].target.ports[0]", msg: msgPorts},
+		{name: "gateway/ports-empty", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.Exposures[0].Target.Ports = vpnv1.Ports() }),
 			field: "spec.exposures[0].target.ports", msg: "should have at least 1 items"},
 		{name: "gateway/target-address-and-service", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
 			g.Spec.Exposures[0].Target.Service = &vpnv1.ServiceRef{Name: "api"}
@@ -471,7 +477,7 @@ func hostileGateway(ns, name string) *vpnv1.VPNGateway {
 			Protocol: vpnv1.ProtocolIPsec,
 			Endpoint: vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.10"}},
 			Exposures: []vpnv1.Exposure{
-				{Name: "api", Target: vpnv1.ExposureTarget{Address: "192.0.2.10", Ports: []vpnv1.PortSpec{{Port: 443}}}},
+				{Name: "api", Target: vpnv1.ExposureTarget{Address: "192.0.2.10", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}},
 			},
 		},
 	}
@@ -571,10 +577,14 @@ func hostileControls() []hostileControl {
 		{"gateway/serviceCIDR-slash16-and-slash28", gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.ServiceCIDR = "100.127.240.0/28" })},
 		{"gateway/name-40-chars-reverse-exposure-22-chars", gatewayWith(func(g *vpnv1.VPNGateway) {
 			g.Name = strings.Repeat("a", 40)
-			g.Spec.ReverseExposures = []vpnv1.ReverseExposure{{Name: strings.Repeat("r", 22), Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: []vpnv1.PortSpec{{Port: 22}}}}}
+			g.Spec.ReverseExposures = []vpnv1.ReverseExposure{{Name: strings.Repeat("r", 22), Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 22})}}}
+		})},
+		{"gateway/ports-every-seed-form", gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Exposures[0].Target.Ports = []intstr.IntOrString{intstr.FromInt32(443), intstr.FromString("514/udp"),
+				intstr.FromString("8443:443"), intstr.FromString("9443:443/tcp"), intstr.FromString("53:5353/UDP")}
 		})},
 		{"gateway/ports-same-number-tcp-and-udp", gatewayWith(func(g *vpnv1.VPNGateway) {
-			g.Spec.Exposures[0].Target.Ports = []vpnv1.PortSpec{{Port: 53, Protocol: "TCP"}, {Port: 53, Protocol: "UDP"}}
+			g.Spec.Exposures[0].Target.Ports = vpnv1.Ports(vpnv1.PortSpec{Port: 53, Protocol: "TCP"}, vpnv1.PortSpec{Port: 53, Protocol: "UDP"})
 		})},
 		{"gateway/ike-settings-full", gatewayWith(func(g *vpnv1.VPNGateway) {
 			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{LocalID: "C=DE, O=bnerd, CN=gw.example.com", IKE: vpnv1.IKESettings{
@@ -640,7 +650,7 @@ func hostileAnswers() []hostileAnswer {
 			g.Spec.ServiceCIDR = "100.120.24.0/24"
 			g.Spec.Exposures[0].VirtualIP = "100.120.24.10"
 			g.Spec.Exposures = append(g.Spec.Exposures, vpnv1.Exposure{Name: "db", VirtualIP: "100.120.24.10",
-				Target: vpnv1.ExposureTarget{Address: "192.0.2.11", Ports: []vpnv1.PortSpec{{Port: 5432}}}})
+				Target: vpnv1.ExposureTarget{Address: "192.0.2.11", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 5432})}})
 			create(t, g)
 			return invalidGateway(t, g, vpnv1.ConditionConfigValid, model.ReasonVirtualIPConflict, "spec.exposures[1].virtualIP")
 		}},
@@ -653,9 +663,15 @@ func hostileAnswers() []hostileAnswer {
 		}},
 		{"gateway/target-service-missing", func(t *testing.T, ns string) string {
 			g := hostileGateway(ns, "gw")
-			g.Spec.Exposures[0].Target = vpnv1.ExposureTarget{Service: &vpnv1.ServiceRef{Name: "missing-svc"}, Ports: []vpnv1.PortSpec{{Port: 443}}}
+			g.Spec.Exposures[0].Target = vpnv1.ExposureTarget{Service: &vpnv1.ServiceRef{Name: "missing-svc"}, Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}
 			create(t, g)
 			return invalidGateway(t, g, vpnv1.ConditionConfigValid, model.ReasonTargetServiceNotFound, "missing-svc")
+		}},
+		{"gateway/ports-duplicate-per-protocol", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			g.Spec.Exposures[0].Target.Ports = []intstr.IntOrString{intstr.FromString("53/udp"), intstr.FromInt32(53), intstr.FromString("53:5353/UDP")}
+			create(t, g)
+			return invalidGateway(t, g, vpnv1.ConditionConfigValid, model.ReasonInvalidSpec, "spec.exposures[0].target.ports[2]")
 		}},
 		{"gateway/target-is-a-node", func(t *testing.T, ns string) string {
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "hostile-node-" + ns}}
@@ -772,7 +788,7 @@ func hostileAnswers() []hostileAnswer {
 		}},
 		{"peer/reverse-exposure-granted-to-second-disjoint-peer", func(t *testing.T, ns string) string {
 			g := hostileGateway(ns, "gw")
-			g.Spec.ReverseExposures = []vpnv1.ReverseExposure{{Name: "erp", Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: []vpnv1.PortSpec{{Port: 1433}}}}}
+			g.Spec.ReverseExposures = []vpnv1.ReverseExposure{{Name: "erp", Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 1433})}}}
 			owner := ipsecPeer(ns, "owner", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{ReverseExposures: []string{"erp"}})
 			intruder := ipsecPeer(ns, "intruder", "gw", []string{"10.30.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}, ReverseExposures: []string{"erp"}})
 			create(t, g, pskSecret(ns, "owner"), pskSecret(ns, "intruder"), owner, intruder)

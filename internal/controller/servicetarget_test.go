@@ -49,7 +49,7 @@ func TestServiceTarget(t *testing.T) {
 	create(t, svc, slice)
 	exposures := []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{
 		Service: &vpnv1.ServiceRef{Name: "web"},
-		Ports:   []vpnv1.PortSpec{{Port: 80, TargetPort: 8080}, {Port: 53, Protocol: vpnv1.PortProtocolUDP}},
+		Ports:   vpnv1.Ports(vpnv1.PortSpec{Port: 80, TargetPort: 8080}, vpnv1.PortSpec{Port: 53, Protocol: vpnv1.PortProtocolUDP}),
 	}}}
 	hostGW := ipsecGateway(ns, "host")
 	hostGW.Spec.Endpoint.HostNetwork.NodeName = "node-" + ns
@@ -108,7 +108,7 @@ func TestServiceTarget(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(podGW), podGW); err != nil {
 		t.Fatal(err)
 	}
-	podGW.Spec.Exposures[0].Target.Ports[0].TargetPort = 9999
+	podGW.Spec.Exposures[0].Target.Ports[0] = vpnv1.PortSpec{Port: 80, TargetPort: 9999}.Value()
 	if err := env.Client.Update(ctx, podGW); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/ipam"
 )
@@ -525,46 +527,28 @@ func mapServicePorts(field, service string, ports []Port, st ServiceTarget, errs
 	}
 }
 
-func buildPorts(field string, ps []vpnv1.PortSpec, errs *errList) []Port {
+func buildPorts(field string, ps []intstr.IntOrString, errs *errList) []Port {
 	if len(ps) == 0 {
 		errs.add(ReasonInvalidSpec, field, "at least one port is required")
 		return nil
 	}
 	out := make([]Port, 0, len(ps))
 	seen := make(map[Port]int) // {protocol, port} -> index
-	for i, p := range ps {
+	for i, v := range ps {
 		f := fmt.Sprintf("%s[%d]", field, i)
-		var proto string
-		switch {
-		case p.Protocol == "" || strings.EqualFold(string(p.Protocol), "tcp"):
-			proto = "tcp"
-		case strings.EqualFold(string(p.Protocol), "udp"):
-			proto = "udp"
-		default:
-			errs.add(ReasonInvalidSpec, f+".protocol", "protocol %q is not one of TCP, UDP", p.Protocol)
-		}
-		ok := true
-		if p.Port < 1 || p.Port > 65535 {
-			errs.add(ReasonInvalidSpec, f+".port", "port %d is not between 1 and 65535", p.Port)
-			ok = false
-		}
-		target := p.TargetPort
-		if target == 0 {
-			target = p.Port
-		} else if target < 1 || target > 65535 {
-			errs.add(ReasonInvalidSpec, f+".targetPort", "port %d is not between 1 and 65535", p.TargetPort)
-			ok = false
-		}
-		if !ok || proto == "" {
+		p, err := vpnv1.ParsePort(v)
+		if err != nil {
+			errs.add(ReasonInvalidSpec, f, "%v", err)
 			continue
 		}
+		proto := strings.ToLower(string(p.Protocol))
 		key := Port{Protocol: proto, Port: uint16(p.Port)}
 		if first, dup := seen[key]; dup {
 			errs.add(ReasonInvalidSpec, f, "%s port %d is already listed at index %d", proto, p.Port, first)
 			continue
 		}
 		seen[key] = i
-		out = append(out, Port{Protocol: proto, Port: uint16(p.Port), TargetPort: uint16(target)})
+		out = append(out, Port{Protocol: proto, Port: uint16(p.Port), TargetPort: uint16(p.TargetPort)})
 	}
 	return out
 }

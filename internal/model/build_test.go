@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 )
@@ -337,12 +338,12 @@ func TestBuildErrors(t *testing.T) {
 		{"unparsable reverse target", func(in *Input) { in.Gateway.Spec.ReverseExposures[0].Target.Address = "10.20.0.300" },
 			[]wantErr{{ReasonInvalidSpec, "spec.reverseExposures[0].target.address"}}},
 		{"bad ports", func(in *Input) {
-			in.Gateway.Spec.Exposures[0].Target.Ports = []vpnv1.PortSpec{{Port: 0}, {Port: 80, Protocol: "SCTP"},
-				{Port: 81, TargetPort: 70000}, {Port: 443}, {Port: 443, Protocol: "TCP"}}
+			in.Gateway.Spec.Exposures[0].Target.Ports = []intstr.IntOrString{intstr.FromInt32(0), intstr.FromString("80/sctp"),
+				intstr.FromString("81:70000"), intstr.FromInt32(443), intstr.FromString("443/tcp")}
 			in.Gateway.Spec.ReverseExposures[0].Target.Ports = nil
-		}, []wantErr{{ReasonInvalidSpec, "spec.exposures[0].target.ports[0].port"},
-			{ReasonInvalidSpec, "spec.exposures[0].target.ports[1].protocol"},
-			{ReasonInvalidSpec, "spec.exposures[0].target.ports[2].targetPort"},
+		}, []wantErr{{ReasonInvalidSpec, "spec.exposures[0].target.ports[0]"},
+			{ReasonInvalidSpec, "spec.exposures[0].target.ports[1]"},
+			{ReasonInvalidSpec, "spec.exposures[0].target.ports[2]"},
 			{ReasonInvalidSpec, "spec.exposures[0].target.ports[4]"},
 			{ReasonInvalidSpec, "spec.reverseExposures[0].target.ports"}}},
 		{"duplicate names across exposures and reverse exposures", func(in *Input) {

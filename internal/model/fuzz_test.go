@@ -40,12 +40,12 @@ func fuzzGateway(data []byte) (*vpnv1.VPNGateway, []vpnv1.VPNPeer) {
 	gw.Spec.Exposures = gw.Spec.Exposures[:0]
 	for i := range b.pick(4) {
 		gw.Spec.Exposures = append(gw.Spec.Exposures, vpnv1.Exposure{Name: fmt.Sprintf("e%d", i),
-			Target: vpnv1.ExposureTarget{Address: "100.70.0.1", Ports: []vpnv1.PortSpec{{Port: 80}}}})
+			Target: vpnv1.ExposureTarget{Address: "100.70.0.1", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 80})}})
 	}
 	gw.Spec.ReverseExposures = nil
 	for i := range b.pick(4) {
 		gw.Spec.ReverseExposures = append(gw.Spec.ReverseExposures, vpnv1.ReverseExposure{Name: fmt.Sprintf("r%d", i),
-			Target: vpnv1.ReverseExposureTarget{Address: fuzzTargets[b.pick(len(fuzzTargets))], Ports: []vpnv1.PortSpec{{Port: 22}}}})
+			Target: vpnv1.ReverseExposureTarget{Address: fuzzTargets[b.pick(len(fuzzTargets))], Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 22})}})
 	}
 	var peers []vpnv1.VPNPeer
 	for i := range b.pick(6) {

@@ -27,14 +27,14 @@ func testGateway(proto vpnv1.Protocol) *vpnv1.VPNGateway {
 			Protocol: proto,
 			Endpoint: vpnv1.Endpoint{FloatingIPPool: "public"},
 			Exposures: []vpnv1.Exposure{
-				{Name: "internal-api", Target: vpnv1.ExposureTarget{Address: "100.70.7.10", Ports: []vpnv1.PortSpec{{Port: 443}}}},
+				{Name: "internal-api", Target: vpnv1.ExposureTarget{Address: "100.70.7.10", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}},
 				{Name: "metrics", Target: vpnv1.ExposureTarget{
 					Service: &vpnv1.ServiceRef{Name: "metrics"},
-					Ports:   []vpnv1.PortSpec{{Port: 9090, Protocol: vpnv1.PortProtocolUDP, TargetPort: 19090}},
+					Ports:   vpnv1.Ports(vpnv1.PortSpec{Port: 9090, Protocol: vpnv1.PortProtocolUDP, TargetPort: 19090}),
 				}},
 			},
 			ReverseExposures: []vpnv1.ReverseExposure{
-				{Name: "acme-erp", Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: []vpnv1.PortSpec{{Port: 1433}}}},
+				{Name: "acme-erp", Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 1433})}},
 			},
 		},
 	}

@@ -34,7 +34,7 @@ func TestRenderedTunnelsPairwiseDisjoint(t *testing.T) {
 			Spec: vpnv1.VPNGatewaySpec{
 				Protocol:  proto,
 				Endpoint:  vpnv1.Endpoint{LoadBalancer: &vpnv1.LoadBalancerEndpoint{}},
-				Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "198.51.100.80", Ports: []vpnv1.PortSpec{{Port: 443}}}}},
+				Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "198.51.100.80", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}}},
 			},
 		}
 		n := 1 + rng.IntN(8)

@@ -58,9 +58,9 @@ func TestTwoPeersDifferentGrants(t *testing.T) {
 		&vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"}, Spec: vpnv1.VPNGatewaySpec{
 			Protocol: vpnv1.ProtocolWireGuard,
 			Endpoint: vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.1"}},
-			Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "198.51.100.130", Ports: []vpnv1.PortSpec{
-				{Port: 80, TargetPort: 8080}, {Port: 53, TargetPort: 5353, Protocol: vpnv1.PortProtocolUDP}}}}},
-			ReverseExposures: []vpnv1.ReverseExposure{{Name: "erp", Target: vpnv1.ReverseExposureTarget{Address: "203.0.113.20", Ports: []vpnv1.PortSpec{{Port: 9000}}}}},
+			Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "198.51.100.130", Ports: vpnv1.Ports(
+				vpnv1.PortSpec{Port: 80, TargetPort: 8080}, vpnv1.PortSpec{Port: 53, TargetPort: 5353, Protocol: vpnv1.PortProtocolUDP})}}},
+			ReverseExposures: []vpnv1.ReverseExposure{{Name: "erp", Target: vpnv1.ReverseExposureTarget{Address: "203.0.113.20", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 9000})}}},
 			WireGuard:        &vpnv1.WireGuardGatewaySettings{ListenPort: 51820, PrivateKeySecretRef: &vpnv1.SecretKeyRef{Name: "gw-key", Key: "privateKey"}},
 		}},
 		&vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "site-a"}, Spec: vpnv1.VPNPeerSpec{

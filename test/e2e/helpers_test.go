@@ -32,6 +32,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -773,8 +774,8 @@ func newLab(tb testing.TB, proto vpnv1.Protocol, k8sNamespace, prefix string) *l
 	echoServers(tb, l.lan.Name, labBackend, labOtherPort)
 
 	l.k8sNS = newNamespace(tb, k8sNamespace)
-	ports := func(target int32) []vpnv1.PortSpec {
-		return []vpnv1.PortSpec{{Port: 80, TargetPort: target}, {Port: 53, TargetPort: target, Protocol: vpnv1.PortProtocolUDP}}
+	ports := func(target int32) []intstr.IntOrString {
+		return vpnv1.Ports(vpnv1.PortSpec{Port: 80, TargetPort: target}, vpnv1.PortSpec{Port: 53, TargetPort: target, Protocol: vpnv1.PortProtocolUDP})
 	}
 	gw := &vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: "gw"}, Spec: vpnv1.VPNGatewaySpec{
 		Protocol: proto,

@@ -75,7 +75,7 @@ func TestIPsecTunnelPeerLossAndReturn(t *testing.T) {
 		&vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"}, Spec: vpnv1.VPNGatewaySpec{
 			Protocol:  vpnv1.ProtocolIPsec,
 			Endpoint:  vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.1"}},
-			Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "198.51.100.130", Ports: []vpnv1.PortSpec{{Port: 80, TargetPort: 8080}}}}},
+			Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "198.51.100.130", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 80, TargetPort: 8080})}}},
 			IPsec:     &vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{DPD: &vpnv1.DPDSettings{Delay: &dpd}}},
 		}},
 		&vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "site-a"}, Spec: vpnv1.VPNPeerSpec{

@@ -43,7 +43,7 @@ func TestWireGuardTunnelToStatus(t *testing.T) {
 		&vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"}, Spec: vpnv1.VPNGatewaySpec{
 			Protocol:  vpnv1.ProtocolWireGuard,
 			Endpoint:  vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.1"}},
-			Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "192.0.2.10", Ports: []vpnv1.PortSpec{{Port: 80, TargetPort: 8080}}}}},
+			Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "192.0.2.10", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 80, TargetPort: 8080})}}},
 			WireGuard: &vpnv1.WireGuardGatewaySettings{ListenPort: 51820, PrivateKeySecretRef: &vpnv1.SecretKeyRef{Name: "gw-key", Key: "privateKey"}},
 		}},
 		&vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "site-a"}, Spec: vpnv1.VPNPeerSpec{

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // VPNGatewaySpec is one client's gateway: its protocol, public endpoint, service CIDR and
@@ -62,9 +63,10 @@ type VPNGatewaySpec struct {
 // +kubebuilder:validation:XValidation:rule="[has(self.floatingIPPool), has(self.floatingIP), has(self.loadBalancer), has(self.hostNetwork)].filter(x, x).size() == 1",message="exactly one of floatingIPPool, floatingIP, loadBalancer or hostNetwork must be set"
 type Endpoint struct {
 	// FloatingIPPool is an OpenStack external network (ID or name) to allocate a floating IP from.
+	// It only ever reaches the OpenStack API as a value, never a configuration file.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=255
-	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*$`
+	// +kubebuilder:validation:Pattern=`^[^\s"'\\]+$`
 	// +optional
 	FloatingIPPool string `json:"floatingIPPool,omitempty"`
 
@@ -139,11 +141,15 @@ type ExposureTarget struct {
 	// Service in the gateway's namespace; the operator resolves its ClusterIP.
 	// +optional
 	Service *ServiceRef `json:"service,omitempty"`
-	// Ports exposed.
+	// Ports exposed, as in seed 001: 443 (TCP), "514/udp", "8443:443" (port : target port),
+	// "8443:443/tcp". Unique per protocol: a duplicate is ConfigValid=False naming it (a CEL rule
+	// comparing every pair of int-or-string entries exceeds the API server's cost budget).
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
-	// +kubebuilder:validation:XValidation:rule="self.all(p, self.exists_one(q, q.port == p.port && q.protocol == p.protocol))",message="ports must be unique per protocol"
-	Ports []PortSpec `json:"ports"`
+	// +kubebuilder:validation:items:XIntOrString
+	// +kubebuilder:validation:items:MaxLength=16
+	// +kubebuilder:validation:items:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (self.matches('^[0-9]{1,5}(:[0-9]{1,5})?(/(tcp|udp|TCP|UDP))?$') && self.split('/', 2)[0].split(':', 2).all(n, int(n) >= 1 && int(n) <= 65535))",message="ports must be port numbers (443) or strings \"port[:targetPort][/tcp|/udp]\" such as \"514/udp\" or \"8443:443/tcp\", each port between 1 and 65535"
+	Ports []intstr.IntOrString `json:"ports"`
 }
 
 // ServiceRef names a Service in the same namespace.
@@ -177,11 +183,15 @@ type ReverseExposureTarget struct {
 	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="address must be an IPv4 address"
 	// +kubebuilder:validation:XValidation:rule="!isIP(self) || ip(self).family() != 4 || ip(self).isGlobalUnicast()",message="address must be a unicast address: not loopback, link-local (e.g. cloud metadata 169.254.169.254), multicast, unspecified or broadcast"
 	Address string `json:"address"`
-	// Ports reached.
+	// Ports exposed, as in seed 001: 443 (TCP), "514/udp", "8443:443" (port : target port),
+	// "8443:443/tcp". Unique per protocol: a duplicate is ConfigValid=False naming it (a CEL rule
+	// comparing every pair of int-or-string entries exceeds the API server's cost budget).
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
-	// +kubebuilder:validation:XValidation:rule="self.all(p, self.exists_one(q, q.port == p.port && q.protocol == p.protocol))",message="ports must be unique per protocol"
-	Ports []PortSpec `json:"ports"`
+	// +kubebuilder:validation:items:XIntOrString
+	// +kubebuilder:validation:items:MaxLength=16
+	// +kubebuilder:validation:items:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (self.matches('^[0-9]{1,5}(:[0-9]{1,5})?(/(tcp|udp|TCP|UDP))?$') && self.split('/', 2)[0].split(':', 2).all(n, int(n) >= 1 && int(n) <= 65535))",message="ports must be port numbers (443) or strings \"port[:targetPort][/tcp|/udp]\" such as \"514/udp\" or \"8443:443/tcp\", each port between 1 and 65535"
+	Ports []intstr.IntOrString `json:"ports"`
 }
 
 // IPsecGatewaySettings are the gateway-wide IKE settings.
