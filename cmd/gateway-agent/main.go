@@ -24,8 +24,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	kubeconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
@@ -33,8 +34,8 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/metrics"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/source"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/status"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kube"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
@@ -53,7 +54,7 @@ func command() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 		PersistentPreRun: func(*cobra.Command, []string) {
-			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			ctrllog.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 		},
 	}
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
@@ -123,7 +124,7 @@ func runCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer cancel()
-			return run(ctx, o, ctrl.Log.WithName("agent"))
+			return run(ctx, o, ctrllog.Log.WithName("agent"))
 		},
 	}
 	f := cmd.Flags()
@@ -155,12 +156,12 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 		feed = func(ctx context.Context) error { return files.Run(ctx, updates) }
 	}
 	if o.gateway != "" && o.namespace != "" {
-		cfg, err := ctrl.GetConfig()
+		cfg, err := kubeconfig.GetConfig()
 		if err != nil && o.configDir == "" {
 			return err
 		}
 		if err == nil {
-			c, err := client.New(cfg, client.Options{Scheme: operator.Scheme()})
+			c, err := client.New(cfg, client.Options{Scheme: kube.Scheme()})
 			if err != nil {
 				return err
 			}
