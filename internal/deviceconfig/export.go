@@ -96,4 +96,3 @@ func renderSheet(p *Params) (string, error) {
 	d.l("%s", strings.TrimRight(string(b), "\n"))
 	return d.String(), nil
 }
-

@@ -52,10 +52,10 @@ type Params struct {
 	// What only the parameter sheet export needs: the gateway's endpoint in sheet notation,
 	// its spec'd local ID, WireGuard device settings as spec'd, and the peer's
 	// authorization block (nil: none).
-	Endpoint                 string
-	SpecLocalID              string
-	SpecListenPort, SpecMTU  int32
-	Authorization            *vpnv1.Authorization
+	Endpoint                string
+	SpecLocalID             string
+	SpecListenPort, SpecMTU int32
+	Authorization           *vpnv1.Authorization
 }
 
 // IPsecParams are the IKE and ESP settings, client's view.

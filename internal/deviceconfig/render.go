@@ -212,7 +212,9 @@ func wildcard(p netip.Prefix) string {
 	return netip.AddrFrom4(m).String()
 }
 
-func seconds(d time.Duration) string { return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10) }
+func seconds(d time.Duration) string {
+	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
+}
 
 // swanDuration writes d in swanctl's notation (largest exact unit).
 func swanDuration(d time.Duration) string {

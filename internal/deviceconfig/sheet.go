@@ -314,8 +314,8 @@ type Imported struct {
 	// Described is the gateway as the sheet describes it, emitted or not: its IKE settings
 	// and service CIDR are compared with an existing gateway's.
 	Described *vpnv1.VPNGateway
-	Peer    *vpnv1.VPNPeer
-	Secret  *corev1.Secret
+	Peer      *vpnv1.VPNPeer
+	Secret    *corev1.Secret
 	// Warnings are notes for the engineer (never containing the PSK).
 	Warnings []string
 }
