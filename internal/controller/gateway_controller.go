@@ -89,6 +89,9 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		// Peers matter to the gateway through their spec (and existence), not their status.
 		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(gatewayOfPeer), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfService)).
+		// A peer's Secret appearing (or being replaced by one of another type) changes whether
+		// the gateway may read it.
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfSecret)).
 		// Host-network gateways send a Service's traffic to one of its endpoints.
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.hostNetworkGatewaysOfEndpointSlice)).
 		WatchesRawSource(source.Channel(a.wake, &handler.EnqueueRequestForObject{})).
@@ -119,6 +122,22 @@ func (r *GatewayReconciler) sameNode(ctx context.Context, o client.Object) []rec
 	for i := range list.Items {
 		if list.Items[i].UID != o.GetUID() {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return reqs
+}
+
+func (r *GatewayReconciler) gatewaysOfSecret(ctx context.Context, o client.Object) []reconcile.Request {
+	var list vpnv1.VPNPeerList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexPeerSecret: o.GetName()}); err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var reqs []reconcile.Request
+	for _, p := range list.Items {
+		if !seen[p.Spec.GatewayRef] {
+			seen[p.Spec.GatewayRef] = true
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.GatewayRef}})
 		}
 	}
 	return reqs
@@ -304,6 +323,10 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 	if err != nil {
 		return err
 	}
+	refused, err := refusedSecrets(ctx, r.APIReader, s.gw.Namespace, s.peers)
+	if err != nil {
+		return err
+	}
 	s.built, s.buildErrs = model.Build(model.Input{
 		Gateway:           s.gw,
 		Peers:             s.peers,
@@ -313,11 +336,50 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 		PublicAddress:     s.endpoint.publicAddress,
 		NodeAddresses:     nodes,
 		OtherServiceCIDRs: r.alloc.othersHolding(s.gw, targetAddresses(s.gw, services)),
+		RefusedSecrets:    refused,
 	})
 	if s.built == nil && len(s.buildErrs) > 0 && !s.configWasInvalid() {
 		r.Recorder.Eventf(s.gw, nil, corev1.EventTypeWarning, s.buildErrs[0].Reason, "Validate", "%s", truncate(joinErrors(s.buildErrs), 1000))
 	}
 	return nil
+}
+
+// refusedSecrets are the peers' credential Secrets that exist and may not hold credentials
+// (model.CredentialSecretAllowed), by name with their type. Secrets are read directly (never
+// cached) and only their type is looked at.
+func refusedSecrets(ctx context.Context, reader client.Reader, namespace string, peers []vpnv1.VPNPeer) (map[string]string, error) {
+	var out map[string]string
+	seen := map[string]bool{}
+	for _, p := range peers {
+		var names []string
+		if p.Spec.IPsec != nil {
+			names = append(names, p.Spec.IPsec.PSKSecretRef.Name)
+		}
+		if p.Spec.WireGuard != nil && p.Spec.WireGuard.PresharedKeySecretRef != nil {
+			names = append(names, p.Spec.WireGuard.PresharedKeySecretRef.Name)
+		}
+		for _, n := range names {
+			if n == "" || seen[n] {
+				continue
+			}
+			seen[n] = true
+			sec := &corev1.Secret{}
+			err := reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: n}, sec)
+			switch {
+			case apierrors.IsNotFound(err):
+				continue
+			case err != nil:
+				return nil, fmt.Errorf("reading Secret %s: %w", n, err)
+			}
+			if !model.CredentialSecretAllowed(string(sec.Type)) {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[n] = string(sec.Type)
+			}
+		}
+	}
+	return out, nil
 }
 
 // nodeAddresses lists every node's addresses (exposure targets may not be a node).

@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -721,6 +722,44 @@ func hostileAnswers() []hostileAnswer {
 			p := ipsecPeer(ns, "p", "gw", []string{"10.0.0.0/8"}, nil)
 			create(t, p)
 			return peerCondition(t, p, vpnv1.ConditionAuthorized, model.ReasonSubnetOverlapsClusterRange, "internal source")
+		}},
+		{"peer/psk-is-a-serviceaccount-token", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			tok := pskSecret(ns, "p")
+			tok.Type = corev1.SecretTypeServiceAccountToken
+			tok.Annotations = map[string]string{corev1.ServiceAccountNameKey: "default"}
+			tls := pskSecret(ns, "q")
+			tls.Type = corev1.SecretTypeTLS
+			tls.Data[corev1.TLSCertKey], tls.Data[corev1.TLSPrivateKeyKey] = []byte("cert"), []byte("key")
+			p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}})
+			q := ipsecPeer(ns, "q", "gw", []string{"10.30.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}})
+			create(t, g, tok, tls, p, q)
+			out := peerCondition(t, p, controller.ConditionCredentialsReady, controller.ReasonSecretTypeNotAllowed, "p-psk")
+			peerCondition(t, q, controller.ConditionCredentialsReady, controller.ReasonSecretTypeNotAllowed, "kubernetes.io/tls")
+			peerCondition(t, p, vpnv1.ConditionAuthorized, model.ReasonCredentialsRefused, "service-account-token")
+			// The gateway may not read either Secret, and neither peer has a tunnel.
+			eventually(t, 20*time.Second, func() error { // the gateway's Role without the refused Secrets
+				role := &rbacv1.Role{}
+				if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: children.Name("gw")}, role); err != nil {
+					return err
+				}
+				for _, rule := range role.Rules {
+					for _, n := range rule.ResourceNames {
+						if n == "p-psk" || n == "q-psk" {
+							return fmt.Errorf("the gateway's Role grants %v on %s", rule.Verbs, n)
+						}
+					}
+				}
+				return nil
+			})
+			cm := &corev1.ConfigMap{}
+			if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: children.ConfigMapName("gw")}, cm); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(cm.Data["swanctl.conf"], "p-psk") || strings.Contains(cm.Data["swanctl.conf"], "q-psk") {
+				t.Errorf("the rendered configuration still uses a refused Secret:\n%s", cm.Data["swanctl.conf"])
+			}
+			return out + "; Authorized=False/CredentialsRefused, no tunnel, not in the gateway's Role"
 		}},
 		{"peer/duplicate-remote-id", func(t *testing.T, ns string) string {
 			g := hostileGateway(ns, "gw")

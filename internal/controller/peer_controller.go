@@ -32,6 +32,9 @@ const (
 	ReasonSecretsPresent      = "SecretsPresent"
 	ReasonSecretNotFound      = "SecretNotFound"
 	ReasonSecretKeyMissing    = "SecretKeyMissing"
+	// ReasonSecretTypeNotAllowed: the Secret is not Opaque (a ServiceAccount token, TLS or
+	// registry credentials): it is not read and the peer gets no tunnel.
+	ReasonSecretTypeNotAllowed = "SecretTypeNotAllowed"
 )
 
 // PeerReconciler decides each VPNPeer's Authorized condition. A peer's decision depends on its
@@ -95,11 +98,11 @@ func (r *PeerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if !peer.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	decision, err := r.decide(ctx, peer)
+	creds, refused, err := r.credentials(ctx, peer)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	creds, err := r.credentials(ctx, peer)
+	decision, err := r.decide(ctx, peer, refused)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -128,7 +131,7 @@ func (r *PeerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 }
 
 // decide runs the model's authorization over the peer's gateway and all its siblings.
-func (r *PeerReconciler) decide(ctx context.Context, peer *vpnv1.VPNPeer) (model.Decision, error) {
+func (r *PeerReconciler) decide(ctx context.Context, peer *vpnv1.VPNPeer, refused map[string]string) (model.Decision, error) {
 	gw := &vpnv1.VPNGateway{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: peer.Namespace, Name: peer.Spec.GatewayRef}, gw)
 	if apierrors.IsNotFound(err) {
@@ -147,7 +150,9 @@ func (r *PeerReconciler) decide(ctx context.Context, peer *vpnv1.VPNPeer) (model
 			peers = append(peers, p)
 		}
 	}
-	decisions, _ := model.Authorize(gw, peers, PeerScope(gw, r.Model))
+	scope := PeerScope(gw, r.Model)
+	scope.RefusedSecrets = refused // only the peer's own credentials decide its own tunnel
+	decisions, _ := model.Authorize(gw, peers, scope)
 	d, found := decisions[peer.Name]
 	if !found { // the cache has not seen this peer in the list yet; try again shortly
 		return model.Decision{}, fmt.Errorf("peer %s not yet in the cache's peer list", peer.Name)
@@ -174,9 +179,10 @@ var scopeChanged = predicate.Funcs{
 	},
 }
 
-// credentials checks that the Secrets the peer needs exist and hold their keys, without ever
-// reading the values into anything that is logged or stored.
-func (r *PeerReconciler) credentials(ctx context.Context, peer *vpnv1.VPNPeer) (outcome, error) {
+// credentials checks that the Secrets the peer needs exist, are fit to hold tunnel
+// credentials and hold their keys, without ever reading the values into anything that is
+// logged or stored. refused are the peer's Secrets unfit for credentials, by name with type.
+func (r *PeerReconciler) credentials(ctx context.Context, peer *vpnv1.VPNPeer) (outcome, map[string]string, error) {
 	var refs []vpnv1.SecretKeyRef
 	if peer.Spec.IPsec != nil {
 		refs = append(refs, peer.Spec.IPsec.PSKSecretRef)
@@ -184,19 +190,33 @@ func (r *PeerReconciler) credentials(ctx context.Context, peer *vpnv1.VPNPeer) (
 	if peer.Spec.WireGuard != nil && peer.Spec.WireGuard.PresharedKeySecretRef != nil {
 		refs = append(refs, *peer.Spec.WireGuard.PresharedKeySecretRef)
 	}
+	result := ok(ReasonSecretsPresent, "referenced Secrets exist")
+	var refused map[string]string
 	for _, ref := range refs {
 		s := &corev1.Secret{}
 		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: peer.Namespace, Name: ref.Name}, s)
-		if apierrors.IsNotFound(err) {
-			return failed(ReasonSecretNotFound, fmt.Sprintf("Secret %q does not exist", ref.Name)), nil
-		} else if err != nil {
-			return outcome{}, err
+		switch {
+		case apierrors.IsNotFound(err):
+			if result.status == metav1.ConditionTrue {
+				result = failed(ReasonSecretNotFound, fmt.Sprintf("Secret %q does not exist", ref.Name))
+			}
+			continue
+		case err != nil:
+			return outcome{}, nil, err
 		}
-		if len(s.Data[ref.Key]) == 0 {
-			return failed(ReasonSecretKeyMissing, fmt.Sprintf("Secret %q has no non-empty key %q", ref.Name, ref.Key)), nil
+		if !model.CredentialSecretAllowed(string(s.Type)) {
+			if refused == nil {
+				refused = map[string]string{}
+			}
+			refused[ref.Name] = string(s.Type)
+			result = failed(ReasonSecretTypeNotAllowed, fmt.Sprintf("Secret %q is of type %q; pre-shared keys must be kept in Opaque Secrets: it is not read and the peer gets no tunnel", ref.Name, s.Type))
+			continue
+		}
+		if len(s.Data[ref.Key]) == 0 && result.status == metav1.ConditionTrue {
+			result = failed(ReasonSecretKeyMissing, fmt.Sprintf("Secret %q has no non-empty key %q", ref.Name, ref.Key))
 		}
 	}
-	return ok(ReasonSecretsPresent, "referenced Secrets exist"), nil
+	return result, refused, nil
 }
 
 func (r *PeerReconciler) recordTransition(peer *vpnv1.VPNPeer, conds []metav1.Condition) {

@@ -64,6 +64,10 @@ func (r *GatewayReconciler) ensureWireGuardKey(ctx context.Context, s *gatewaySc
 	case err != nil:
 		return err
 	}
+	if !model.CredentialSecretAllowed(string(sec.Type)) {
+		s.key = failed(ReasonSecretTypeNotAllowed, fmt.Sprintf("Secret %q named by spec.wireguard.privateKeySecretRef is of type %q; the private key must be kept in an Opaque Secret", ref.Name, sec.Type))
+		return nil
+	}
 	key, err := wgtypes.ParseKey(string(sec.Data[ref.Key]))
 	if err != nil {
 		s.key = failed(ReasonKeyInvalid, fmt.Sprintf("Secret %q key %q does not hold a base64 WireGuard private key", ref.Name, ref.Key))

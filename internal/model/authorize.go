@@ -18,6 +18,9 @@ type Scope struct {
 	// see GatewayLocalID); empty when not known yet.
 	LocalID string
 	Config  Config
+	// RefusedSecrets are the Secrets (by name, with their type) that may not hold tunnel
+	// credentials (CredentialSecretAllowed); a peer naming one gets no tunnel.
+	RefusedSecrets map[string]string
 }
 
 // GatewayLocalID is the gateway's IKE identity: spec.ipsec.localID, else its public address.
@@ -71,7 +74,8 @@ type verdict struct {
 //     otherwise the peer's own block decides (NoGrants, UnknownGrant or Authorized);
 //  3. oldest first, a peer whose identity (IKE remote ID, WireGuard public key) is an older
 //     peer's or the gateway's own is dark and has no tunnel (DuplicateIdentity): a PSK proves
-//     one identity;
+//     one identity; then a peer whose credentials are in a Secret unfit for them is dark and
+//     has no tunnel (CredentialsRefused);
 //  4. a peer's subnets overlapping the gateway's service CIDR or the cluster's ranges are
 //     withheld from its tunnel and the peer is dark (SubnetOverlapsServiceCIDR,
 //     SubnetOverlapsClusterRange);
@@ -168,6 +172,13 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 			ids[key] = st.peer.Name
 		}
 		if refused[st] {
+			st.withheld = st.subnets
+			continue
+		}
+		// A peer's own credentials decide only its own tunnel (its identity stays taken, so
+		// its siblings' decisions do not depend on which Secrets exist).
+		if name, typ, bad := refusedCredentials(st.peer, scope.RefusedSecrets); bad {
+			refuse(st, ReasonCredentialsRefused, fmt.Sprintf("Secret %q is of type %q: tunnel credentials must be kept in an Opaque Secret; the peer gets no tunnel", name, typ))
 			st.withheld = st.subnets
 			continue
 		}
@@ -286,6 +297,23 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 		out[st.peer.Name] = verdict{Decision: st.decision, tunnel: st.tunnel, withheld: st.withheld}
 	}
 	return out, problems
+}
+
+// refusedCredentials reports the first Secret the peer authenticates with that is refused.
+func refusedCredentials(p *vpnv1.VPNPeer, refused map[string]string) (name, typ string, bad bool) {
+	var refs []string
+	if p.Spec.IPsec != nil {
+		refs = append(refs, p.Spec.IPsec.PSKSecretRef.Name)
+	}
+	if p.Spec.WireGuard != nil && p.Spec.WireGuard.PresharedKeySecretRef != nil {
+		refs = append(refs, p.Spec.WireGuard.PresharedKeySecretRef.Name)
+	}
+	for _, r := range refs {
+		if t, ok := refused[r]; ok {
+			return r, t, true
+		}
+	}
+	return "", "", false
 }
 
 // peerIdentity is what authenticates the peer on the gateway's protocol — the IKE remote ID

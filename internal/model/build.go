@@ -32,6 +32,9 @@ type Input struct {
 	NodeAddresses []netip.Addr
 	// OtherServiceCIDRs are the other gateways' service CIDRs: never an exposure target.
 	OtherServiceCIDRs []GatewayCIDR
+	// RefusedSecrets are the peers' credential Secrets, by name with their type, that may not
+	// hold tunnel credentials (see Scope.RefusedSecrets).
+	RefusedSecrets map[string]string
 }
 
 // GatewayCIDR is a gateway's service CIDR, with the gateway's namespace/name.
@@ -134,7 +137,7 @@ func Build(in Input) (*Gateway, []Error) {
 	}
 	out.InternalSourceCIDRs = slices.Clone(in.Config.InternalSourceCIDRs)
 
-	scope := Scope{LocalID: GatewayLocalID(gw, in.PublicAddress), Config: in.Config}
+	scope := Scope{LocalID: GatewayLocalID(gw, in.PublicAddress), Config: in.Config, RefusedSecrets: in.RefusedSecrets}
 	if cidrOK {
 		scope.ServiceCIDR = out.ServiceCIDR
 	}

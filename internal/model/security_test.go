@@ -383,3 +383,35 @@ func prefixStrings(ps []netip.Prefix) []string {
 	}
 	return out
 }
+
+func TestCredentialsRefused(t *testing.T) {
+	in := testInput(
+		ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(1)),
+		ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), age(2)),
+	)
+	in.Gateway.Spec.ReverseExposures = nil
+	in.RefusedSecrets = map[string]string{"a-psk": "kubernetes.io/service-account-token"}
+	gw, errs := Build(in)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	a, b := gw.Peers[0], gw.Peers[1]
+	if a.Authorization.Authorized || a.Authorization.Reason != ReasonCredentialsRefused || a.HasTunnel() ||
+		a.Authorization.Message != `Secret "a-psk" is of type "kubernetes.io/service-account-token": tunnel credentials must be kept in an Opaque Secret; the peer gets no tunnel` {
+		t.Errorf("a: %+v tunnel %v", a.Authorization, a.SourceCIDRs)
+	}
+	if !b.Authorization.Authorized || !b.HasTunnel() {
+		t.Errorf("b: %+v", b.Authorization)
+	}
+	for _, typ := range []string{"", "Opaque"} {
+		if !CredentialSecretAllowed(typ) {
+			t.Errorf("%q refused", typ)
+		}
+	}
+	for _, typ := range []string{"kubernetes.io/service-account-token", "kubernetes.io/tls", "kubernetes.io/dockerconfigjson", "bootstrap.kubernetes.io/token"} {
+		if CredentialSecretAllowed(typ) {
+			t.Errorf("%q allowed", typ)
+		}
+	}
+	checkNoPartialGrants(t, in, gw)
+}

@@ -255,6 +255,10 @@ const (
 	// ReasonDuplicateIdentity: the peer's IKE identity (or WireGuard public key) is an older
 	// peer's or the gateway's own; a PSK proves one identity, so only the older one is kept.
 	ReasonDuplicateIdentity = "DuplicateIdentity"
+	// ReasonCredentialsRefused: a Secret the peer's tunnel would authenticate with is not fit
+	// for it (a ServiceAccount token, a TLS key, registry credentials, ...): the gateway neither
+	// reads it nor derives an AUTH payload from it; the peer gets no tunnel.
+	ReasonCredentialsRefused = "CredentialsRefused"
 	// ReasonInvalidIdentity: the peer's identity is a wildcard (refused at admission; kept
 	// here for objects admitted before the rule).
 	ReasonInvalidIdentity = "InvalidIdentity"
@@ -313,6 +317,17 @@ func lastAddr(p netip.Prefix) netip.Addr {
 		return out.Unmap()
 	}
 	return out
+}
+
+// CredentialSecretTypes are the Secret types a peer's pre-shared key or a WireGuard key may be
+// kept in: Opaque (also written as no type at all). Anything else — a ServiceAccount token,
+// TLS or registry credentials — exists for another purpose, and a gateway that authenticated
+// with it would hand a peer's author an offline oracle for it.
+var CredentialSecretTypes = []string{"", "Opaque"}
+
+// CredentialSecretAllowed reports whether a Secret of this type may hold tunnel credentials.
+func CredentialSecretAllowed(secretType string) bool {
+	return slices.Contains(CredentialSecretTypes, secretType)
 }
 
 // HasTunnel reports whether the peer has a tunnel at all (some subnet to carry).

@@ -12,6 +12,8 @@
 #   4. a peer added live comes up and reaches its grant, other peers' tunnels undisturbed;
 #   4b. a hostile, overlapping dark peer (no grant, a subnet inside hq's LAN that its device
 #      claims too) reaches nothing, from the overlap or from its own LAN; hq keeps its access;
+#   4c. a peer naming a ServiceAccount token Secret as its PSK is refused and the gateway may not
+#      read it;
 #   5. deleting a gateway pod brings a new one and the tunnel back (time printed), for both;
 #   6. restarting the operator re-creates nothing (gateway Deployment generation, pod, ConfigMap);
 #   7. the agents' logs show no failure to cut revoked connections (netlink conntrack in a pod);
@@ -129,6 +131,35 @@ if [ -z "$breach" ]; then pass "the intruder reaches nothing (from the overlap a
 if curl_from hq 1 3 "http://$VIP_WEB:8080/" >/dev/null; then pass "hq still reaches web"; else fail "hq lost web to the intruder"; fi
 kubectl -n $NS delete vpnpeer intruder --wait=true >/dev/null
 kubectl -n $NS delete secret intruder-psk >/dev/null
+
+echo "=== RUN 4c a PSK reference to a ServiceAccount token is refused"
+# The namespace's default ServiceAccount gets a token Secret; a peer naming it as its PSK
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Secret
+metadata: {name: borrowed-token, namespace: $NS, annotations: {kubernetes.io/service-account.name: default}}
+type: kubernetes.io/service-account-token
+---
+apiVersion: vpn.bnerd.net/v1alpha1
+kind: VPNPeer
+metadata: {name: borrower, namespace: $NS}
+spec:
+  gatewayRef: acme-gw
+  ipsec:
+    peer: {address: 198.51.100.99, id: borrower.acme.example}
+    remoteSubnets: [203.0.113.224/28]
+    pskSecretRef: {name: borrowed-token, key: token}
+  authorization: {exposures: [web]}
+YAML
+if wait_for "the borrower's CredentialsReady" 30 sh -c "kubectl -n $NS get vpnpeer borrower -o jsonpath='{.status.conditions[?(@.type==\"CredentialsReady\")].reason}' | grep -qx SecretTypeNotAllowed"; then
+  pass "borrower: CredentialsReady=False/SecretTypeNotAllowed, Authorized=$(kubectl -n $NS get vpnpeer borrower -o jsonpath='{.status.conditions[?(@.type=="Authorized")].reason}')"
+else fail "borrower's CredentialsReady: $(kubectl -n $NS get vpnpeer borrower -o jsonpath='{.status.conditions}')"; fi
+wait_for "the gateway's model with the borrower" 30 sh -c "kubectl -n $NS get cm acme-gw-gateway-config -o jsonpath='{.data.model\\.json}' | grep -q '\"name\": \"borrower\"'" ||
+  fail "the gateway's configuration never included the borrower"
+if kubectl -n $NS get role acme-gw-gateway -o jsonpath='{.rules[*].resourceNames}' | grep -q borrowed-token; then
+  fail "the gateway's Role grants the ServiceAccount token"; else pass "the gateway's Role does not grant the ServiceAccount token"; fi
+kubectl -n $NS delete vpnpeer borrower --wait=true >/dev/null
+kubectl -n $NS delete secret borrowed-token >/dev/null
 
 echo "=== RUN 5 gateway pod deleted"
 old=$(gwpod); t=$SECONDS

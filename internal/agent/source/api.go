@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 )
 
@@ -119,9 +120,14 @@ func (a *API) current(ctx context.Context) (agent.Update, error) {
 		synced := a.watch(wctx, "secrets", name, &corev1.Secret{}, func(obj any) {
 			s, _ := obj.(*corev1.Secret)
 			a.mu.Lock()
-			if s == nil {
+			switch {
+			case s == nil:
 				delete(a.secrets, name)
-			} else {
+			case !model.CredentialSecretAllowed(string(s.Type)):
+				// Never authenticate with a Secret made for something else (a ServiceAccount
+				// token, a TLS key): treated as missing, whatever the Role lets us read.
+				delete(a.secrets, name)
+			default:
 				a.secrets[name] = s.Data
 			}
 			a.mu.Unlock()

@@ -17,15 +17,19 @@ var (
 	eventsCreateVerbs = []string{"create", "patch"}
 )
 
-// SecretNames are the Secrets the gateway agent reads: every peer's PSK (IPsec) or preshared
-// key (WireGuard) and the WireGuard device's private key; deduplicated and sorted. Dark
-// (unauthorized) peers are included: they still establish their tunnels.
+// SecretNames are the Secrets the gateway agent reads: the PSK (IPsec) or preshared key
+// (WireGuard) of every peer with a tunnel and the WireGuard device's private key; deduplicated
+// and sorted. Dark (unauthorized) peers with a tunnel are included: they still establish it. A
+// peer without a tunnel (a duplicate identity, refused credentials) needs none of its Secrets.
 func SecretNames(gw *model.Gateway) []string {
 	var names []string
 	if gw.WireGuard != nil && gw.WireGuard.PrivateKey.Name != "" {
 		names = append(names, gw.WireGuard.PrivateKey.Name)
 	}
 	for _, p := range gw.Peers {
+		if !p.HasTunnel() {
+			continue
+		}
 		if p.IPsec != nil && p.IPsec.PSK.Name != "" {
 			names = append(names, p.IPsec.PSK.Name)
 		}
