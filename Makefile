@@ -26,6 +26,10 @@ verify-generated: $(CONTROLLER_GEN) ## fail when generated files are stale
 build: ## build the binaries into bin/
 	go build -o $(BIN)/ ./cmd/...
 
+.PHONY: kubectl-vpn
+kubectl-vpn: ## build the kubectl plugin into bin/kubectl-vpn (with bin/ on PATH: kubectl vpn ...)
+	go build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o $(BIN)/kubectl-vpn ./cmd/kubectl-vpn
+
 .PHONY: lint
 lint: ## go vet and gofmt
 	go vet ./...

@@ -237,3 +237,21 @@ func Resolve(in Input) (*Params, error) {
 	}
 	return p, nil
 }
+
+// EffectiveIKE is a gateway's IKE settings with the operator's defaults applied (for comparing
+// a sheet with an existing gateway: leaving a setting out means its default).
+func EffectiveIKE(s *vpnv1.IPsecGatewaySettings) (*model.IPsecGateway, error) {
+	gw := &vpnv1.VPNGateway{}
+	gw.Name, gw.Namespace = "probe", "probe"
+	gw.Spec = vpnv1.VPNGatewaySpec{
+		Protocol: vpnv1.ProtocolIPsec,
+		Endpoint: vpnv1.Endpoint{LoadBalancer: &vpnv1.LoadBalancerEndpoint{}},
+		IPsec:    s,
+	}
+	m, errs := model.Build(model.Input{Gateway: gw, Config: model.Config{PoolCIDR: model.DefaultPoolCIDR},
+		ServiceCIDR: netip.MustParsePrefix("100.64.0.0/24")})
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s", errs[0].Error())
+	}
+	return m.IPsec, nil
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+)
+
+// options are the flags every subcommand shares: kubeconfig, context, namespace, ...
+type options struct {
+	flags   *genericclioptions.ConfigFlags
+	streams genericiooptions.IOStreams
+	// newClient is replaceable in tests.
+	newClient func() (client.Client, error)
+}
+
+func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{flags: genericclioptions.NewConfigFlags(true), streams: streams}
+	o.newClient = o.client
+	cmd := &cobra.Command{
+		Use:   "kubectl-vpn",
+		Short: "Work with bnerd-vpn-operator's VPN gateways and peers",
+		Long: `kubectl vpn: the client device's configuration for a VPNPeer (peer-config), and a
+parameter sheet turned into VPNGateway/VPNPeer/Secret manifests (import).`,
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: false,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl vpn"},
+	}
+	cmd.SetIn(streams.In)
+	cmd.SetOut(streams.Out)
+	cmd.SetErr(streams.ErrOut)
+	o.flags.AddFlags(cmd.PersistentFlags())
+	cmd.AddCommand(newPeerConfigCommand(o), newImportCommand(o))
+	return cmd
+}
+
+func scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := vpnv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func (o *options) client() (client.Client, error) {
+	cfg, err := o.flags.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme()})
+}
+
+// namespace is -n, else the kubeconfig context's namespace, else "default".
+func (o *options) namespace() (string, bool, error) {
+	return o.flags.ToRawKubeConfigLoader().Namespace()
+}
+
+// explicitNamespace is -n when given.
+func (o *options) explicitNamespace() string {
+	if o.flags.Namespace != nil {
+		return strings.TrimSpace(*o.flags.Namespace)
+	}
+	return ""
+}
+
+func warnf(o *options, format string, args ...any) {
+	fmt.Fprintf(o.streams.ErrOut, "warning: "+format+"\n", args...)
+}
