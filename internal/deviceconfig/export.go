@@ -83,9 +83,25 @@ func sheetProposal(ctx Context, p Proposal) SheetProposal {
 }
 
 func renderSheet(p *Params) (string, error) {
-	b, err := yaml.Marshal(SheetOf(p))
-	if err != nil {
-		return "", err
+	// sections in the order engineers read them (keys inside each are sorted)
+	s := SheetOf(p)
+	var b []byte
+	for _, sec := range []struct {
+		key string
+		v   any
+		set bool
+	}{
+		{"gateway", s.Gateway, true}, {"peer", s.Peer, true}, {"ike", s.IKE, s.IKE != nil},
+		{"esp", s.ESP, s.ESP != nil}, {"wireguard", s.WireGuard, s.WireGuard != nil}, {"psk", s.PSK, s.PSK != ""},
+	} {
+		if !sec.set {
+			continue
+		}
+		y, err := yaml.Marshal(map[string]any{sec.key: sec.v})
+		if err != nil {
+			return "", err
+		}
+		b = append(b, y...)
 	}
 	d := &doc{comment: "# "}
 	d.c("Parameter sheet of VPNPeer %s/%s (gateway %s/%s), written by kubectl-vpn peer-config --format sheet.", p.Namespace, p.Peer, p.Namespace, p.Gateway)

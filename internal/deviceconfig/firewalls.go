@@ -430,26 +430,29 @@ func renderOpnsense(p *Params) (string, error) {
 	w(3, "</remote>")
 	w(2, "</remotes>")
 	w(2, "<children>")
-	w(3, "<child uuid=\"%s\">", child)
-	w(4, "<enabled>1</enabled>")
-	w(4, "<connection>%s</connection>", conn)
-	w(4, "<esp_proposals>%s</esp_proposals>", strings.Join(proposalStrings(ESP, ip.ESP), ","))
-	w(4, "<start_action>start</start_action>")
-	w(4, "<close_action>start</close_action>")
-	w(4, "<dpd_action>restart</dpd_action>")
-	w(4, "<mode>tunnel</mode>")
-	w(4, "<policies>1</policies>")
-	w(4, "<local_ts>%s</local_ts>", joinPrefixes(p.LocalNets, ","))
-	w(4, "<remote_ts>%s</remote_ts>", p.ServiceCIDR)
-	w(4, "<rekey_time>%s</rekey_time>", seconds(ip.ESPLifetime))
-	w(4, "<description>%s</description>", desc)
-	w(3, "</child>")
+	for i, ts := range childSets(p) {
+		id := child
+		if i > 0 {
+			id = uuidFor(p.Namespace, p.Gateway, p.Peer, "child", fmt.Sprint(i))
+		}
+		w(3, "<child uuid=\"%s\">", id)
+		w(4, "<enabled>1</enabled>")
+		w(4, "<connection>%s</connection>", conn)
+		w(4, "<esp_proposals>%s</esp_proposals>", strings.Join(proposalStrings(ESP, ip.ESP), ","))
+		w(4, "<start_action>start</start_action>")
+		w(4, "<close_action>start</close_action>")
+		w(4, "<dpd_action>restart</dpd_action>")
+		w(4, "<mode>tunnel</mode>")
+		w(4, "<policies>1</policies>")
+		w(4, "<local_ts>%s</local_ts>", strings.Join(ts, ","))
+		w(4, "<remote_ts>%s</remote_ts>", p.ServiceCIDR)
+		w(4, "<rekey_time>%s</rekey_time>", seconds(ip.ESPLifetime))
+		w(4, "<description>%s</description>", desc)
+		w(3, "</child>")
+	}
 	w(2, "</children>")
 	w(1, "</Swanctl>")
 	w(0, "</OPNsense>")
-	if ip.IKEVersion == 1 && len(p.LocalNets) > 1 {
-		return "", fmt.Errorf("OPNsense: an IKEv1 connection carries one network pair per child; the gateway has %d local networks for this peer (use IKEv2)", len(p.LocalNets))
-	}
 	return b.String(), nil
 }
 

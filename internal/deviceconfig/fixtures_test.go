@@ -81,6 +81,19 @@ func cases() []renderCase {
 			},
 		},
 		{
+			// IKEv1 (CBC only: no AEAD for an IKEv1 SA) with two networks: one CHILD_SA per
+			// network, as the gateway splits them; the IKEv2-only templates refuse.
+			name: "ipsec-ikev1",
+			in: Input{
+				Gateway: ipsecGateway(&vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{
+					Version:   1,
+					Proposals: []string{"aes256-sha256-modp2048"},
+				}}),
+				Peer: ipsecPeer("legacy", "192.0.2.80", "", vpnv1.ESPSettings{Proposals: []string{"aes128-sha1-modp2048"}},
+					"10.1.0.0/24", "10.2.0.0/24"),
+			},
+		},
+		{
 			// The operator's defaults (a GCM and a CBC proposal in IKE and ESP): devices that
 			// cannot do one of them get the other.
 			name: "ipsec-defaults",

@@ -64,6 +64,7 @@ func TestRefusalsAreTheExpectedOnes(t *testing.T) {
 	want := map[string][]string{
 		"ipsec-gcm":      {"mikrotik"},
 		"ipsec-cbc":      nil,
+		"ipsec-ikev1":    {"libreswan", "cisco-ios", "cisco-asa", "junos", "paloalto"},
 		"ipsec-defaults": {"cisco-asa"}, // an email identity cannot be an ASA's
 	}
 	for _, tc := range cases() {
@@ -391,8 +392,17 @@ func TestStrongSwanMirrorsTheGateway(t *testing.T) {
 			eq("rekey_time", get(c, "rekey_time"), gc.RekeyTime)
 			eq("local id", get(c.Sub("local"), "id"), gc.Remote.ID)
 			eq("remote id", get(c.Sub("remote"), "id"), gc.Local.ID)
-			for _, ch := range c.Sub("children").Sections() {
-				gch := gc.Children[strings.ReplaceAll(peer.Name, ".", "_")]
+			var names []string
+			for n := range gc.Children {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			chs := c.Sub("children").Sections()
+			if len(chs) != len(names) {
+				t.Fatalf("%d children, the gateway has %d", len(chs), len(names))
+			}
+			for i, ch := range chs {
+				gch := gc.Children[names[i]]
 				eq("esp_proposals", get(ch, "esp_proposals"), strings.Join(gch.ESPProposals, ", "))
 				eq("local_ts", get(ch, "local_ts"), strings.Join(gch.RemoteTS, ", "))
 				eq("remote_ts", get(ch, "remote_ts"), strings.Join(gch.LocalTS, ", "))

@@ -322,14 +322,19 @@ func TestRoundTripStrongSwan(t *testing.T) {
 			}
 			c := tree.Sub("connections").Sections()[0]
 			get := func(s *swanconf.Section, k string) string { v, _ := s.Get(k); return v }
-			ch := c.Sub("children").Sections()[0]
+			children := c.Sub("children").Sections()
+			ch := children[0]
+			var nets StringList
+			for _, x := range children {
+				nets = append(nets, swanconf.SplitList(get(x, "local_ts"))...)
+			}
 			s := &Sheet{
 				Gateway: SheetGateway{Name: tc.in.Gateway.Name, Namespace: tc.in.Gateway.Namespace, Endpoint: "loadBalancer"},
 				Peer: SheetPeer{
 					Name:           tc.in.Peer.Name,
 					Address:        tc.in.Peer.Spec.IPsec.Peer.Address,
 					ID:             get(c.Sub("local"), "id"),
-					Networks:       swanconf.SplitList(get(ch, "local_ts")),
+					Networks:       nets,
 					RemoteNetworks: swanconf.SplitList(get(ch, "remote_ts")),
 				},
 				IKE: &SheetIKE{Lifetime: get(c, "rekey_time"), DPD: &SheetDPD{Delay: get(c, "dpd_delay")}},
