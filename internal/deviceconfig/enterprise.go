@@ -37,6 +37,9 @@ func ciscoIOSID(id string, remote bool) (string, error) {
 // and IOS refuses; the IPsec policy ACL makes the VTI propose exactly the gateway's selectors.
 func renderCiscoIOS(p *Params) (string, error) {
 	ip := p.IPsec
+	if err := checkPSK(p, vCiscoIOS); err != nil {
+		return "", err
+	}
 	if err := ikeV2Only(p, vCiscoIOS); err != nil {
 		return "", err
 	}
@@ -146,6 +149,9 @@ func renderCiscoIOS(p *Params) (string, error) {
 // crypto ACL, NAT exemption, a crypto map entry and the tunnel group.
 func renderCiscoASA(p *Params) (string, error) {
 	ip := p.IPsec
+	if err := checkPSK(p, vCiscoASA); err != nil {
+		return "", err
+	}
 	if err := ikeV2Only(p, vCiscoASA); err != nil {
 		return "", err
 	}
@@ -261,6 +267,9 @@ var junosAEADPRF = map[string]string{"aes128gcm16": "prfsha256", "aes256gcm16": 
 // equal to the gateway's (so the CHILD_SA carries exactly your networks and our service CIDR).
 func renderJunos(p *Params) (string, error) {
 	ip := p.IPsec
+	if err := checkPSK(p, vJunos); err != nil {
+		return "", err
+	}
 	if err := ikeV2Only(p, vJunos); err != nil {
 		return "", err
 	}
@@ -394,6 +403,9 @@ func panID(id string) (string, error) {
 // the tunnel with one proxy ID per local network, and the route.
 func renderPaloAlto(p *Params) (string, error) {
 	ip := p.IPsec
+	if err := checkPSK(p, vPaloalto); err != nil {
+		return "", err
+	}
 	if err := ikeV2Only(p, vPaloalto); err != nil {
 		return "", err
 	}

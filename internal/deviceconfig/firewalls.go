@@ -17,6 +17,9 @@ func fortiQuote(s string) string {
 // local network, a static route and the two firewall policies.
 func renderFortigate(p *Params) (string, error) {
 	ip := p.IPsec
+	if err := checkPSK(p, vFortigate); err != nil {
+		return "", err
+	}
 	// FortiOS names a phase-1 proposal enc-integ (its PRF is the integrity's hash) or, for
 	// AEAD, enc-prf.
 	ike, skIKE, err := translate(vFortigate, IKE, ip.IKE, func(v vproposal) error {
@@ -208,6 +211,9 @@ func xmlHeader(p *Params, format string, extra ...string) string {
 // IKEv2 connection's phase 2 entries into one CHILD_SA, as the gateway has it).
 func renderPfsense(p *Params) (string, error) {
 	ip := p.IPsec
+	if err := checkPSK(p, vPfsense); err != nil {
+		return "", err
+	}
 	ike, skIKE, err := translate(vPfsense, IKE, ip.IKE, nil)
 	if err != nil {
 		return "", err
@@ -342,6 +348,9 @@ func renderPfsense(p *Params) (string, error) {
 // is swanctl underneath: proposals in strongSwan notation, the PSK in the IPsec model.
 func renderOpnsense(p *Params) (string, error) {
 	ip := p.IPsec
+	if err := checkPSK(p, ""); err != nil {
+		return "", err
+	}
 	conn := uuidFor(p.Namespace, p.Gateway, p.Peer, "connection")
 	local := uuidFor(p.Namespace, p.Gateway, p.Peer, "local")
 	remote := uuidFor(p.Namespace, p.Gateway, p.Peer, "remote")
@@ -481,6 +490,9 @@ func mikrotikQuote(s string) string {
 // per local network, and the NAT and FastTrack bypass rules tunnelled traffic needs.
 func renderMikrotik(p *Params) (string, error) {
 	ip := p.IPsec
+	if err := checkPSK(p, vMikrotik); err != nil {
+		return "", err
+	}
 	ike, skIKE, err := translate(vMikrotik, IKE, ip.IKE, nil)
 	if err != nil {
 		return "", err

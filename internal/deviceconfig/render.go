@@ -177,6 +177,32 @@ func formatByName(n string) Format {
 	return Format{Name: n, Description: n}
 }
 
+// pskForbidden are the characters a vendor's syntax cannot carry in an (unquoted or
+// simply quoted) pre-shared key.
+var pskForbidden = map[string]string{
+	vCiscoIOS:  " \t?\"",
+	vCiscoASA:  " \t?\"",
+	vLibreswan: "\"",
+	vMikrotik:  "",
+	vFortigate: "",
+}
+
+// checkPSK refuses a key the vendor's syntax cannot carry (never echoing it).
+func checkPSK(p *Params, vendor string) error {
+	if p.PSK == "" {
+		return nil
+	}
+	for _, r := range p.PSK {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("the pre-shared key contains a control character: no device configuration can carry it")
+		}
+	}
+	if bad := pskForbidden[vendor]; bad != "" && strings.ContainsAny(p.PSK, bad) {
+		return fmt.Errorf("the pre-shared key contains one of %q, which %s's syntax cannot carry: set a key without them (or leave out --include-secrets and type it in)", bad, vendorTitle[vendor])
+	}
+	return nil
+}
+
 // psk is the key or its placeholder.
 func psk(p *Params) string {
 	if p.PSK != "" {

@@ -121,6 +121,9 @@ func TestRefusals(t *testing.T) {
 		{"wg-quick-for-ipsec", "wg-quick", Input{Gateway: ipsecGateway(nil), Peer: peer}, "format wg-quick is for WireGuard peers"},
 		{"fortigate-for-wireguard", "fortigate", wg, "format fortigate is for IPsec peers"},
 		{"unknown-format", "vyos", wg, `unknown format "vyos"`},
+		{"psk-space-cisco", "cisco-ios", Input{Gateway: ipsecGateway(nil), Peer: peer, PSK: "has a space"}, "Cisco IOS-XE's syntax cannot carry"},
+		{"psk-quote-libreswan", "libreswan", Input{Gateway: ipsecGateway(nil), Peer: peer, PSK: `has"quote`}, "libreswan's syntax cannot carry"},
+		{"psk-newline", "opnsense", Input{Gateway: ipsecGateway(nil), Peer: peer, PSK: "line\nbreak"}, "control character"},
 		{"wireguard-no-key", "wg-quick", Input{Gateway: wgNoKey, Peer: wireguardPeer()}, "no WireGuard public key yet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,6 +133,9 @@ func TestRefusals(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+			if tc.in.PSK != "" && strings.Contains(err.Error(), tc.in.PSK) {
+				t.Fatalf("the error echoes the key: %v", err)
 			}
 		})
 	}

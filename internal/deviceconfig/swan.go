@@ -154,6 +154,9 @@ func libreswanProposal(ctx Context, v vproposal) string {
 // renderLibreswan writes an ipsec.conf conn for libreswan 4.x.
 func renderLibreswan(p *Params) (string, error) {
 	ip := p.IPsec
+	if err := checkPSK(p, vLibreswan); err != nil {
+		return "", err
+	}
 	if err := ikeV2Only(p, vLibreswan); err != nil {
 		return "", err
 	}
