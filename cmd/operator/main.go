@@ -10,10 +10,12 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
+	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
 )
@@ -30,6 +32,7 @@ func command() *cobra.Command {
 		pool                                              string
 		internal                                          []string
 		podCIDRs, svcCIDRs, nodeCIDRs, allowedTargets     []string
+		hostNetworkNamespaces                             string
 		qps                                               float32
 		burst                                             int
 		zapOpts                                           = zap.Options{}
@@ -63,6 +66,9 @@ func command() *cobra.Command {
 					return err
 				}
 			}
+			if cfg.Options.HostNetworkNamespaces, err = labels.Parse(hostNetworkNamespaces); err != nil {
+				return fmt.Errorf("--host-network-namespace-selector %q: %w", hostNetworkNamespaces, err)
+			}
 			switch pp := corev1.PullPolicy(pullPolicy); pp {
 			case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 				cfg.Render.ImagePullPolicy = pp
@@ -85,12 +91,9 @@ func command() *cobra.Command {
 				return err
 			}
 			restCfg.QPS, restCfg.Burst = qps, burst
-			ctx := ctrl.SetupSignalHandler()
-			mgr, err := operator.NewManager(ctx, restCfg, cfg)
-			if err != nil {
-				return err
-			}
-			return mgr.Start(ctx)
+			// Run waits for the API server instead of failing, and replaces a manager that lost
+			// its leader lease in-process instead of exiting (see internal/operator/run.go).
+			return operator.Run(ctrl.SetupSignalHandler(), restCfg, cfg)
 		},
 	}
 	f := cmd.Flags()
@@ -100,6 +103,8 @@ func command() *cobra.Command {
 	f.StringSliceVar(&svcCIDRs, "cluster-service-cidrs", nil, "the cluster's Service CIDRs: no peer's subnets may overlap them")
 	f.StringSliceVar(&nodeCIDRs, "node-cidrs", nil, "the networks of the cluster's nodes: no peer's subnets may overlap them")
 	f.StringSliceVar(&allowedTargets, "allowed-target-cidrs", nil, "when set, the only ranges exposure targets may lie in (as resolved: include the Service and pod CIDRs for Service targets)")
+	f.StringVar(&hostNetworkNamespaces, "host-network-namespace-selector", controller.DefaultHostNetworkNamespaces,
+		"label selector of the namespaces whose gateways may use a hostNetwork endpoint (an empty selector allows every namespace)")
 	f.StringVar(&cfg.Render.AgentImage, "agent-image", "ghcr.io/bnerd/vpn-gateway-agent:latest", "gateway agent image")
 	f.StringVar(&cfg.Render.StrongSwanImage, "strongswan-image", "ghcr.io/bnerd/vpn-gateway-strongswan:latest", "strongSwan (charon) image")
 	f.StringVar(&pullPolicy, "image-pull-policy", "IfNotPresent", "pull policy of the gateway images (Always, IfNotPresent, Never)")
@@ -108,7 +113,10 @@ func command() *cobra.Command {
 	f.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables)")
 	f.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "health probe address (0 disables)")
 	f.BoolVar(&cfg.LeaderElection, "leader-elect", false, "elect a leader so only one replica reconciles")
-	f.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (defaults to the pod's)")
+	f.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader election lease (defaults to $POD_NAMESPACE, else the pod's service account namespace)")
+	f.DurationVar(&cfg.LeaseDuration, "leader-elect-lease-duration", operator.DefaultLeaseDuration, "how long standbys wait after the leader's last renewal before taking the lease (a leader that dies without releasing it is replaced after about this long)")
+	f.DurationVar(&cfg.RenewDeadline, "leader-elect-renew-deadline", operator.DefaultRenewDeadline, "how long the leader keeps trying to renew before giving the lease up (an API server outage shorter than this keeps the leader)")
+	f.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", operator.DefaultRetryPeriod, "how often the leader renews and standbys try to acquire (a cleanly stopped leader releases the lease: a standby takes over within this)")
 	f.StringVar(&osYAML, "openstack-clouds-yaml", "", "clouds.yaml (mounted from a Secret) for OpenStack floating IP endpoints; unset disables them")
 	f.StringVar(&osCloud, "openstack-cloud", "openstack", "the cloud in clouds.yaml")
 	f.StringVar(&osNetwork, "openstack-network-id", "", "Neutron network the gateways' ports are created on")

@@ -27,7 +27,8 @@ touch "$S/lab-gateway"
 kubectl apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Namespace
-metadata: {name: $NS}
+# the admin allows this tenant host-network gateways (--host-network-namespace-selector)
+metadata: {name: $NS, labels: {vpn.bnerd.net/host-network: allowed}}
 ---
 apiVersion: apps/v1
 kind: Deployment

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -45,7 +46,7 @@ import (
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes;namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
@@ -89,6 +90,9 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		// Peers matter to the gateway through their spec (and existence), not their status.
 		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(gatewayOfPeer), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfService)).
+		// The admin labelling a namespace allows (or stops) its host-network gateways.
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.hostNetworkGatewaysOfNamespace),
+			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		// A peer's Secret appearing (or being replaced by one of another type) changes whether
 		// the gateway may read it.
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfSecret)).
@@ -122,6 +126,20 @@ func (r *GatewayReconciler) sameNode(ctx context.Context, o client.Object) []rec
 	for i := range list.Items {
 		if list.Items[i].UID != o.GetUID() {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return reqs
+}
+
+func (r *GatewayReconciler) hostNetworkGatewaysOfNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	var list vpnv1.VPNGatewayList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetName())); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, gw := range list.Items {
+		if gw.Spec.Endpoint.HostNetwork != nil {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&gw)})
 		}
 	}
 	return reqs
@@ -207,11 +225,19 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	r.allocateServiceCIDR(s, &result)
-	retry, err := r.ensureEndpoint(ctx, s)
+	permitted, err := r.hostNetworkPermitted(ctx, s)
 	if err != nil {
-		errs = append(errs, err)
+		return ctrl.Result{}, err
 	}
-	result.RequeueAfter = minPositive(result.RequeueAfter, retry)
+	if permitted {
+		retry, err := r.ensureEndpoint(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		result.RequeueAfter = minPositive(result.RequeueAfter, retry)
+		// A node holds one host-network gateway: the younger of two gets no children at all.
+		s.blocked = s.endpoint.outcome.reason == cloud.ReasonConflict && s.gw.Spec.Endpoint.HostNetwork != nil
+	}
 	if err := r.ensureWireGuardKey(ctx, s); err != nil {
 		errs = append(errs, err)
 	}
@@ -220,11 +246,17 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			errs = append(errs, err)
 		}
 	}
-	if s.built != nil {
+	switch {
+	case s.blocked:
+		s.rendered = failed(ReasonEndpointBlocked, "nothing is rendered and no gateway pod runs: "+s.endpoint.outcome.message)
+		if err := r.removeDeployment(ctx, s); err != nil {
+			errs = append(errs, err)
+		}
+	case s.built != nil:
 		if err := r.applyChildren(ctx, s); err != nil {
 			errs = append(errs, err)
 		}
-	} else if s.rendered.reason == "" {
+	case s.rendered.reason == "":
 		s.rendered = failed(ReasonConfigInvalid, "configuration is not valid; the last applied configuration stays in place")
 	}
 	if err := r.observeDeployment(ctx, s); err != nil {
@@ -340,6 +372,40 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 	})
 	if s.built == nil && len(s.buildErrs) > 0 && !s.configWasInvalid() {
 		r.Recorder.Eventf(s.gw, nil, corev1.EventTypeWarning, s.buildErrs[0].Reason, "Validate", "%s", truncate(joinErrors(s.buildErrs), 1000))
+	}
+	return nil
+}
+
+// hostNetworkPermitted decides whether the gateway may use a host-network endpoint: only in
+// namespaces the admin selected (Options.HostNetworkNamespaces). Other endpoints always may.
+func (r *GatewayReconciler) hostNetworkPermitted(ctx context.Context, s *gatewayScope) (bool, error) {
+	if s.gw.Spec.Endpoint.HostNetwork == nil {
+		return true, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: s.gw.Namespace}, ns); err != nil {
+		return false, fmt.Errorf("reading namespace %s: %w", s.gw.Namespace, err)
+	}
+	sel := r.Options.HostNetworkNamespaces
+	if sel != nil && sel.Matches(labels.Set(ns.Labels)) {
+		return true, nil
+	}
+	allowed := "no namespace"
+	if sel != nil {
+		allowed = "namespaces labelled " + sel.String()
+	}
+	s.blocked = true
+	s.endpoint.outcome = failed(ReasonNotPermitted, fmt.Sprintf(
+		"namespace %q may not run host-network gateways: the cluster admin allows them in %s (operator setting --host-network-namespace-selector)",
+		s.gw.Namespace, allowed))
+	return false, nil
+}
+
+// removeDeployment deletes the gateway's Deployment, if any: a blocked gateway runs no pod.
+func (r *GatewayReconciler) removeDeployment(ctx context.Context, s *gatewayScope) error {
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: s.gw.Namespace, Name: children.Name(s.gw.Name)}}
+	if err := r.Client.Delete(ctx, d); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the Deployment of a blocked gateway: %w", err)
 	}
 	return nil
 }

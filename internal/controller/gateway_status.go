@@ -31,6 +31,12 @@ const (
 	ReasonAvailable           = "Available"
 	ReasonUnavailable         = "Unavailable"
 	ReasonNotCreated          = "NotCreated"
+	// ReasonNotPermitted: the gateway asks for a host-network endpoint in a namespace the
+	// cluster admin has not allowed one; nothing is rendered and no pod runs.
+	ReasonNotPermitted = "NotPermitted"
+	// ReasonEndpointBlocked: the endpoint is not permitted or held by another gateway
+	// (Conflict); nothing is rendered and no pod runs until it is.
+	ReasonEndpointBlocked = "EndpointBlocked"
 
 	// ConditionGrantsValid: every grant can be honoured (no reverse-exposure conflicts,
 	// no overlapping peer subnets).
@@ -77,6 +83,8 @@ type gatewayScope struct {
 	rendered    outcome
 	endpoint    endpointResult
 	deployment  *appsv1.Deployment
+	// blocked: the endpoint may not be used (not permitted, or another gateway's): no children.
+	blocked bool
 	// key is the KeyReady outcome; publicKey the WireGuard public key.
 	key       outcome
 	publicKey string

@@ -4,6 +4,8 @@
 package controller
 
 import (
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 )
@@ -25,4 +27,12 @@ const (
 type Options struct {
 	Model  model.Config
 	Render children.Options
+	// HostNetworkNamespaces selects, by their labels, the namespaces whose gateways may run in
+	// a node's network namespace (the cluster admin's decision: tenants cannot label their
+	// namespaces). Nil allows none.
+	HostNetworkNamespaces labels.Selector
 }
+
+// DefaultHostNetworkNamespaces is the label the admin puts on a namespace to allow it
+// host-network gateways (the operator's default --host-network-namespace-selector).
+const DefaultHostNetworkNamespaces = "vpn.bnerd.net/host-network=allowed"

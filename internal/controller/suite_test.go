@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,6 +52,8 @@ func operatorConfig() operator.Config {
 				InternalSourceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
 			},
 			Render: children.Options{AgentImage: "agent:test", StrongSwanImage: "strongswan:test", ImagePullPolicy: corev1.PullNever},
+			// Host-network gateways everywhere (TestHostNetworkNeedsThePermission narrows it).
+			HostNetworkNamespaces: labels.Everything(),
 		},
 		Concurrency: 4,
 		MetricsAddr: "0",

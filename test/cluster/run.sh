@@ -14,6 +14,7 @@
 #      claims too) reaches nothing, from the overlap or from its own LAN; hq keeps its access;
 #   4c. a peer naming a ServiceAccount token Secret as its PSK is refused and the gateway may not
 #      read it;
+#   4d. a host-network gateway in a namespace the admin did not label gets NotPermitted, no pod;
 #   5. deleting a gateway pod brings a new one and the tunnel back (time printed), for both;
 #   6. restarting the operator re-creates nothing (gateway Deployment generation, pod, ConfigMap);
 #   7. the agents' logs show no failure to cut revoked connections (netlink conntrack in a pod);
@@ -160,6 +161,25 @@ if kubectl -n $NS get role acme-gw-gateway -o jsonpath='{.rules[*].resourceNames
   fail "the gateway's Role grants the ServiceAccount token"; else pass "the gateway's Role does not grant the ServiceAccount token"; fi
 kubectl -n $NS delete vpnpeer borrower --wait=true >/dev/null
 kubectl -n $NS delete secret borrowed-token >/dev/null
+
+echo "=== RUN 4d host network only where the admin allows it"
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Namespace
+metadata: {name: lab-tenant-b}
+---
+apiVersion: vpn.bnerd.net/v1alpha1
+kind: VPNGateway
+metadata: {name: sneaky, namespace: lab-tenant-b}
+spec:
+  protocol: ipsec
+  endpoint: {hostNetwork: {nodeName: $(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')}}
+YAML
+if wait_for "the unpermitted gateway's EndpointReady" 30 sh -c "kubectl -n lab-tenant-b get vpngw sneaky -o jsonpath='{.status.conditions[?(@.type==\"EndpointReady\")].reason}' | grep -qx NotPermitted"; then
+  pass "a host-network gateway in an unlabelled namespace: EndpointReady=False/NotPermitted: $(kubectl -n lab-tenant-b get vpngw sneaky -o jsonpath='{.status.conditions[?(@.type=="EndpointReady")].message}')"
+else fail "sneaky's EndpointReady: $(kubectl -n lab-tenant-b get vpngw sneaky -o jsonpath='{.status.conditions}')"; fi
+if [ -z "$(kubectl -n lab-tenant-b get deploy,pods -o name 2>/dev/null)" ]; then pass "and it has no Deployment and no pod"; else fail "lab-tenant-b runs: $(kubectl -n lab-tenant-b get deploy,pods -o name)"; fi
+kubectl delete namespace lab-tenant-b --wait=true --timeout=60s >/dev/null
 
 echo "=== RUN 5 gateway pod deleted"
 old=$(gwpod); t=$SECONDS

@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -93,6 +94,8 @@ func runMain(m *testing.M) int {
 		Options: controller.Options{
 			Model:  model.Config{PoolCIDR: model.DefaultPoolCIDR, InternalSourceCIDRs: []netip.Prefix{internalSN}},
 			Render: children.Options{AgentImage: "agent:e2e", StrongSwanImage: "strongswan:e2e", UserspaceDataplane: true},
+			// The e2e gateways are host-network ones in namespaces the test creates.
+			HostNetworkNamespaces: labels.Everything(),
 		},
 		Concurrency: 4, MetricsAddr: "0", HealthAddr: "0",
 	})
