@@ -6,6 +6,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,7 +16,11 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,9 +45,19 @@ type Config struct {
 	// MetricsAddr and HealthAddr: "0" disables.
 	MetricsAddr string
 	HealthAddr  string
-	// LeaderElection with its lease namespace.
+	// LeaderElection with its lease namespace (the pod's, from the in-cluster service account,
+	// when empty).
 	LeaderElection          bool
 	LeaderElectionNamespace string
+	// LeaderElectionID names the Lease; DefaultLeaderElectionID when empty.
+	LeaderElectionID string
+	// LeaderElectionIdentity is this process's holder identity in the Lease; "<hostname>_<random>"
+	// when empty. Run fixes it once per process, so a manager rebuilt in-process after a lost
+	// lease renews a lease that still names it at once instead of waiting for it to expire.
+	LeaderElectionIdentity string
+	// LeaseDuration, RenewDeadline and RetryPeriod of the election; DefaultLeaseDuration,
+	// DefaultRenewDeadline and DefaultRetryPeriod when zero (see there for why).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// SkipControllerNameValidation lets one process start the operator more than once (tests).
 	SkipControllerNameValidation bool
 	// OpenStack, when set, provisions floatingIP / floatingIPPool endpoints.
@@ -90,7 +107,97 @@ func (c *Config) Validate() error {
 	if c.Concurrency < 1 {
 		return fmt.Errorf("--concurrency must be at least 1")
 	}
+	if c.LeaderElection {
+		lease, renew, retry := c.leaseTimes()
+		// client-go's own rules (leaderelection.NewLeaderElector), named by flag.
+		switch {
+		case retry <= 0:
+			return fmt.Errorf("--leader-elect-retry-period %s: must be positive", retry)
+		case renew <= time.Duration(1.2*float64(retry)):
+			return fmt.Errorf("--leader-elect-renew-deadline %s: must be longer than 1.2 × --leader-elect-retry-period (%s)", renew, retry)
+		case lease <= renew:
+			return fmt.Errorf("--leader-elect-lease-duration %s: must be longer than --leader-elect-renew-deadline (%s)", lease, renew)
+		}
+	}
 	return nil
+}
+
+// Leader election defaults. The leader renews its Lease every RetryPeriod; when it cannot renew
+// for RenewDeadline it gives the lease up, and a standby takes a Lease that was not renewed for
+// LeaseDuration; standbys try every RetryPeriod plus a jitter of up to 1.2 × RetryPeriod.
+// controller-runtime's 15 s / 10 s / 2 s drop leadership after a 10 s API outage, and every drop
+// used to cost a process restart. With 30 s / 20 s / 2 s an API server outage shorter than 20 s
+// (a restart, an etcd leader change) keeps the leader; a leader that dies without releasing its
+// Lease is replaced within LeaseDuration + 2.2 × RetryPeriod (30–35 s); a leader that stops
+// cleanly (rollout, drain) releases it and a standby takes over within 2.2 × RetryPeriod (2–5 s).
+// A leader that did lose its Lease is replaced in-process (Run), and reconciles again about a
+// second after the API server is back when no standby took over.
+const (
+	DefaultLeaseDuration    = 30 * time.Second
+	DefaultRenewDeadline    = 20 * time.Second
+	DefaultRetryPeriod      = 2 * time.Second
+	DefaultLeaderElectionID = "bnerd-vpn-operator.vpn.bnerd.net"
+)
+
+func (c *Config) leaseTimes() (lease, renew, retry time.Duration) {
+	lease, renew, retry = c.LeaseDuration, c.RenewDeadline, c.RetryPeriod
+	if lease == 0 {
+		lease = DefaultLeaseDuration
+	}
+	if renew == 0 {
+		renew = DefaultRenewDeadline
+	}
+	if retry == 0 {
+		retry = DefaultRetryPeriod
+	}
+	return lease, renew, retry
+}
+
+func (c *Config) leaseName() string {
+	if c.LeaderElectionID == "" {
+		return DefaultLeaderElectionID
+	}
+	return c.LeaderElectionID
+}
+
+// NewIdentity is a leader election identity: the host (the pod's) name and a random suffix,
+// as controller-runtime makes them, so the Lease names the pod that holds it.
+func NewIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "bnerd-vpn-operator"
+	}
+	return host + "_" + string(uuid.NewUUID())
+}
+
+// inClusterNamespace is the file the pod's service account namespace is mounted at.
+const inClusterNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// resourceLock is the Lease lock the manager elects with, holding cfg's identity (which
+// controller-runtime would otherwise make up anew for every manager).
+func resourceLock(restCfg *rest.Config, cfg Config) (resourcelock.Interface, error) {
+	ns := cfg.LeaderElectionNamespace
+	if ns == "" {
+		raw, err := os.ReadFile(inClusterNamespace)
+		if err != nil {
+			return nil, fmt.Errorf("leader election: no --leader-election-namespace and not running in a pod: %w", err)
+		}
+		ns = strings.TrimSpace(string(raw))
+	}
+	_, renew, _ := cfg.leaseTimes()
+	lc := rest.AddUserAgent(rest.CopyConfig(restCfg), "leader-election")
+	// One hung request must not use up the whole renew deadline (as controller-runtime does).
+	lc.Timeout = max(renew/2, time.Second)
+	core, err := corev1client.NewForConfig(lc)
+	if err != nil {
+		return nil, err
+	}
+	coord, err := coordinationv1client.NewForConfig(lc)
+	if err != nil {
+		return nil, err
+	}
+	return resourcelock.New(resourcelock.LeasesResourceLock, ns, cfg.leaseName(), core, coord,
+		resourcelock.ResourceLockConfig{Identity: cfg.LeaderElectionIdentity})
 }
 
 // ParsePrefixes parses a list of CIDRs, naming the bad one.
@@ -106,21 +213,41 @@ func ParsePrefixes(flag string, in []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// NewManager builds the manager with both reconcilers; the caller starts it.
+// NewManager builds the manager with both reconcilers; the caller starts it. It needs the API
+// server (REST mappings of the cached types): Run waits for it and retries.
 func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	lease, renew, retry := cfg.leaseTimes()
+	var lock resourcelock.Interface
+	if cfg.LeaderElection {
+		if cfg.LeaderElectionIdentity == "" {
+			cfg.LeaderElectionIdentity = NewIdentity()
+		}
+		var err error
+		if lock, err = resourceLock(restCfg, cfg); err != nil {
+			return nil, err
+		}
+	}
 	managed := labels.SelectorFromSet(labels.Set{controller.LabelManagedBy: controller.LabelManagedByValue})
 	byManaged := cache.ByObject{Label: managed}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                  Scheme(),
-		Metrics:                 metricsserver.Options{BindAddress: cfg.MetricsAddr},
-		HealthProbeBindAddress:  cfg.HealthAddr,
-		Controller:              config.Controller{SkipNameValidation: &cfg.SkipControllerNameValidation},
-		LeaderElection:          cfg.LeaderElection,
-		LeaderElectionID:        "bnerd-vpn-operator.vpn.bnerd.net",
-		LeaderElectionNamespace: cfg.LeaderElectionNamespace,
+		Scheme:                              Scheme(),
+		Metrics:                             metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		HealthProbeBindAddress:              cfg.HealthAddr,
+		Controller:                          config.Controller{SkipNameValidation: &cfg.SkipControllerNameValidation},
+		LeaderElection:                      cfg.LeaderElection,
+		LeaderElectionID:                    cfg.leaseName(),
+		LeaderElectionResourceLockInterface: lock,
+		LeaseDuration:                       &lease,
+		RenewDeadline:                       &renew,
+		RetryPeriod:                         &retry,
+		// A leader that is stopped (SIGTERM: a rollout, a drain) releases the Lease once its
+		// reconcilers have returned, so a standby takes over within one RetryPeriod instead of
+		// waiting LeaseDuration. Safe because controller-runtime releases it only after the
+		// leader's runnables stopped.
+		LeaderElectionReleaseOnCancel: true,
 		// The operator only caches the children it owns, not every Deployment or ConfigMap.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&appsv1.Deployment{}:          byManaged,
