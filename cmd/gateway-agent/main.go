@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kubeconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -35,7 +36,6 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/source"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/status"
 	"github.com/bnerd/bnerd-vpn-operator/internal/kube"
-	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
@@ -60,38 +60,80 @@ func command() *cobra.Command {
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
 	zapOpts.BindFlags(logFlags)
 	root.PersistentFlags().AddGoFlagSet(logFlags)
-	root.AddCommand(initCommand(), runCommand())
+	root.AddCommand(initCommand(), runCommand(), renderCommand())
 	return root
 }
 
 func initCommand() *cobra.Command {
 	var configDir string
+	var opts render.Options
 	cmd := &cobra.Command{
 		Use:   "init",
-		Short: "Install the rendered nftables ruleset (and the startup gate) and enable forwarding, then exit (fail closed)",
+		Short: "Render the nftables ruleset from the gateway's verified model, install it with the startup gate and enable forwarding, then exit (fail closed)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ruleset, err := os.ReadFile(filepath.Join(configDir, render.KeyRuleset))
+			b, err := readBundle(configDir, opts)
 			if err != nil {
-				return fmt.Errorf("no ruleset: %w", err)
-			}
-			raw, err := os.ReadFile(filepath.Join(configDir, render.KeyModel))
-			if err != nil {
-				return fmt.Errorf("no model: %w", err)
-			}
-			var gw model.Gateway
-			if err := json.Unmarshal(raw, &gw); err != nil {
-				return fmt.Errorf("decoding %s: %w", render.KeyModel, err)
+				return err
 			}
 			// One transaction: the ruleset and the startup gate that keeps IKE out until the
 			// agent has loaded the peers (it opens the gate then).
-			if err := (&firewall.Firewall{}).Apply(cmd.Context(), string(ruleset)+nft.StartupGate(&gw)); err != nil {
+			if err := (&firewall.Firewall{}).Apply(cmd.Context(), b.Ruleset+nft.StartupGate(b.Model)); err != nil {
 				return err
 			}
 			return enableForwarding()
 		},
 	}
 	cmd.Flags().StringVar(&configDir, "config-dir", "/etc/vpn-gateway", "directory holding the gateway's ConfigMap data")
+	cmd.Flags().BoolVar(&opts.UserspaceDataplane, "userspace-dataplane", false, "the gateway runs userspace ESP (kernel-libipsec) instead of kernel ESP")
 	return cmd
+}
+
+func renderCommand() *cobra.Command {
+	var configDir string
+	var opts render.Options
+	cmd := &cobra.Command{
+		Use:   "render",
+		Short: "Print the dataplane the agent renders from the gateway's model (strongSwan or WireGuard configuration and the nftables ruleset)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := readBundle(configDir, opts)
+			if err != nil {
+				return err
+			}
+			text, err := b.Text()
+			if err != nil {
+				return err
+			}
+			for _, k := range []string{render.KeySwanctlConf, render.KeyWireGuardConf, render.KeyRuleset} {
+				if t, ok := text[k]; ok {
+					fmt.Fprintf(cmd.OutOrStdout(), "### %s\n%s\n", k, t)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&configDir, "config-dir", "/etc/vpn-gateway", "directory holding the gateway's ConfigMap data")
+	cmd.Flags().BoolVar(&opts.UserspaceDataplane, "userspace-dataplane", false, "the gateway runs userspace ESP (kernel-libipsec) instead of kernel ESP")
+	return cmd
+}
+
+// readBundle reads the mounted ConfigMap: the verified model, rendered by the agent itself.
+func readBundle(configDir string, opts render.Options) (*render.Bundle, error) {
+	data := map[string]string{}
+	entries, err := os.ReadDir(configDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if e.IsDir() || strings.HasPrefix(e.Name(), "..") {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(configDir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		data[e.Name()] = string(raw)
+	}
+	return render.FromConfigMapData(data, opts)
 }
 
 // enableForwarding turns IPv4 forwarding on, or checks that the pod's sysctls already did
@@ -113,6 +155,7 @@ type runOptions struct {
 	metricsAddr                   string
 	statusInterval                time.Duration
 	verifyInterval                time.Duration
+	render                        render.Options
 	drivers                       driverOptions
 }
 
@@ -136,6 +179,7 @@ func runCommand() *cobra.Command {
 	f.StringVar(&o.metricsAddr, "metrics-addr", ":9090", "address of /metrics, /healthz and /readyz (empty disables)")
 	f.DurationVar(&o.statusInterval, "status-interval", 15*time.Second, "shortest time between two VPNPeer status writes that only update counters (state changes are written at once)")
 	f.DurationVar(&o.verifyInterval, "ruleset-check-interval", time.Second, "how often the nftables ruleset is checked against the one applied and re-applied when it was deleted or changed")
+	f.BoolVar(&o.render.UserspaceDataplane, "userspace-dataplane", false, "the gateway runs userspace ESP (kernel-libipsec) instead of kernel ESP")
 	o.drivers.bindFlags(f)
 	return cmd
 }
@@ -149,10 +193,18 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	}
 	updates := make(chan agent.Update)
 	var reporter agent.Reporter
-	var events *status.Events
 	var feed func(context.Context) error
+	var rejected atomic.Uint64
+	var events *status.Events
+	reject := func(err error) {
+		rejected.Add(1)
+		if events != nil {
+			events.GatewayEvent(o.namespace, o.gateway, corev1.EventTypeWarning, "ConfigRejected",
+				"the gateway's configuration was refused and the last good one stays applied: "+truncate(err.Error(), 900))
+		}
+	}
 	if o.configDir != "" {
-		files := &source.Files{ConfigDir: o.configDir, SecretsDir: o.secretsDir, Log: log.WithName("files")}
+		files := &source.Files{ConfigDir: o.configDir, SecretsDir: o.secretsDir, Log: log.WithName("files"), Render: o.render, Rejected: reject}
 		feed = func(ctx context.Context) error { return files.Run(ctx, updates) }
 	}
 	if o.gateway != "" && o.namespace != "" {
@@ -173,7 +225,7 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 			events = status.NewEvents(cs)
 			defer events.Stop()
 			if o.configDir == "" {
-				api := &source.API{Client: cs, Namespace: o.namespace, ConfigMap: o.configMap, Log: log.WithName("api")}
+				api := &source.API{Client: cs, Namespace: o.namespace, ConfigMap: o.configMap, Log: log.WithName("api"), Render: o.render, Rejected: reject}
 				feed = func(ctx context.Context) error { return api.Run(ctx, updates) }
 			}
 		}
@@ -189,7 +241,7 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	}
 
 	if o.metricsAddr != "" {
-		srv := metricsServer(o, engine)
+		srv := metricsServer(o, engine, rejected.Load)
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error(err, "metrics server")
@@ -218,10 +270,10 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 // a host-network gateway's ruleset (well inside the pod's termination grace period).
 const teardownWait = 5 * time.Second
 
-func metricsServer(o runOptions, e *agent.Engine) *http.Server {
+func metricsServer(o runOptions, e *agent.Engine, rejected func() uint64) *http.Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(&metrics.Collector{Namespace: o.namespace, Gateway: o.gateway, Snapshot: e.Last, Repairs: e.Repairs})
+	reg.MustRegister(&metrics.Collector{Namespace: o.namespace, Gateway: o.gateway, Snapshot: e.Last, Repairs: e.Repairs, Rejected: rejected})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -233,4 +285,11 @@ func metricsServer(o runOptions, e *agent.Engine) *http.Server {
 		fmt.Fprintln(w, "ok")
 	})
 	return &http.Server{Addr: o.metricsAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

@@ -497,8 +497,7 @@ func checkTargets(in Input, out *Gateway, cidrOK bool, errs *errList) {
 // targetRefusal says why an exposure target is refused, or "" when it is allowed.
 func targetRefusal(a netip.Addr, in Input, out *Gateway, cidrOK bool) (reason, detail string) {
 	switch {
-	case a.IsLoopback(), a.IsLinkLocalUnicast(), a.IsMulticast(), a.IsUnspecified(), a.IsLinkLocalMulticast(),
-		a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+	case reservedTarget(a):
 		return ReasonTargetReserved, "is a loopback, link-local, multicast, unspecified or broadcast address"
 	case slices.Contains(in.NodeAddresses, a):
 		return ReasonTargetIsNodeAddress, "is the address of a cluster node"

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -278,6 +279,9 @@ func TestTunnelsPairwiseDisjoint(t *testing.T) {
 			t.Fatalf("iteration %d: %v", iter, errs)
 		}
 		checkNoPartialGrants(t, in, gw)
+		if err := Verify(gw); err != nil {
+			t.Fatalf("iteration %d: a built model does not verify: %v", iter, err)
+		}
 		for i, a := range gw.Peers {
 			declared := prefixStrings(parsedSubnets(peerSubnets(in.Gateway, &in.Peers[slices.IndexFunc(in.Peers, func(p vpnv1.VPNPeer) bool { return p.Name == a.Name })])))
 			both := append(prefixStrings(a.SourceCIDRs), prefixStrings(a.WithheldCIDRs)...)
@@ -414,4 +418,57 @@ func TestCredentialsRefused(t *testing.T) {
 		}
 	}
 	checkNoPartialGrants(t, in, gw)
+}
+
+// TestVerify: what Build produces verifies; a model tampered with (as a ConfigMap anyone may
+// edit can be) in any way the security model cares about does not.
+func TestVerify(t *testing.T) {
+	base := func() *Gateway {
+		in := testInput(
+			ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"internal-api"}, []string{"acme-erp"}), age(1)),
+			ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), age(2)),
+			ipsecPeer("c", []string{"10.20.5.0/24", "10.40.0.0/16"}, age(3)),
+		)
+		gw, errs := Build(in)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		return gw
+	}
+	if err := Verify(base()); err != nil {
+		t.Fatalf("a built model: %v", err)
+	}
+	p := netip.MustParsePrefix
+	tests := []struct {
+		name   string
+		tamper func(g *Gateway)
+		want   string
+	}{
+		{"a peer carrying the whole Internet", func(g *Gateway) { g.Peers[1].SourceCIDRs = append(g.Peers[1].SourceCIDRs, p("0.0.0.0/0")) }, "whole Internet"},
+		{"a peer carrying cloud metadata", func(g *Gateway) { g.Peers[1].SourceCIDRs = []netip.Prefix{p("169.254.169.254/32")} }, "link-local"},
+		{"a peer carrying the service CIDR", func(g *Gateway) { g.Peers[1].SourceCIDRs = []netip.Prefix{p("100.64.3.0/25")} }, "service CIDR"},
+		{"a peer carrying the internal sources", func(g *Gateway) { g.Peers[1].SourceCIDRs = []netip.Prefix{p("10.244.1.0/24")} }, "internal source"},
+		{"overlapping tunnels", func(g *Gateway) { g.Peers[2].SourceCIDRs = []netip.Prefix{p("10.20.5.0/24")} }, "tunnels overlap"},
+		{"a dark peer holding grants", func(g *Gateway) { g.Peers[2].Exposures = []string{"metrics"} }, "holds grants"},
+		{"a grant to a dark peer", func(g *Gateway) { g.Exposures[0].GrantedTo = append(g.Exposures[0].GrantedTo, "c") }, "not an authorized peer"},
+		{"a target on loopback", func(g *Gateway) { g.Exposures[0].Target = netip.MustParseAddr("127.0.0.1") }, "not one the cluster may offer"},
+		{"a target on cloud metadata", func(g *Gateway) { g.Exposures[0].Target = netip.MustParseAddr("169.254.169.254") }, "not one the cluster may offer"},
+		{"a virtual IP outside the service CIDR", func(g *Gateway) { g.Exposures[0].VirtualIP = netip.MustParseAddr("10.1.1.1") }, "not a host address"},
+		{"two exposures on one virtual IP", func(g *Gateway) { g.Exposures[1].VirtualIP = g.Exposures[0].VirtualIP }, "also that of"},
+		{"a reverse exposure outside its grantee", func(g *Gateway) { g.ReverseExposures[0].Target = netip.MustParseAddr("10.30.0.5") }, "outside its grantee"},
+		{"a shared remote ID", func(g *Gateway) { g.Peers[1].IPsec.RemoteID = "A.example.com" }, "same remote ID"},
+		{"a wildcard remote ID", func(g *Gateway) { g.Peers[1].IPsec.RemoteID = "*.example.com" }, "does not name one identity"},
+		{"a service CIDR outside CGNAT", func(g *Gateway) { g.ServiceCIDR = p("10.0.0.0/24") }, "service CIDR"},
+		{"an authorized peer with withheld subnets", func(g *Gateway) { g.Peers[0].WithheldCIDRs = []netip.Prefix{p("10.99.0.0/16")} }, "withheld"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := base()
+			tt.tamper(g)
+			err := Verify(g)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Verify: %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
 }

@@ -1,12 +1,15 @@
 // Package render turns a validated gateway model into everything the gateway runs: the
 // strongSwan connections or WireGuard device, and the nftables ruleset. Each dataplane has its
-// own pure renderer in a subpackage; Bundle puts their outputs together as the data of the
-// gateway's ConfigMap (no secrets: only references) and reads them back in the gateway agent.
+// own pure renderer in a subpackage. The gateway's ConfigMap carries the model alone (no
+// secrets: only references); the gateway agent verifies it and renders the Bundle itself.
 package render
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
@@ -14,14 +17,14 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
 )
 
-// ConfigMap data keys.
+// KeyModel is the ConfigMap's one data key: the validated model.
+const KeyModel = "model.json"
+
+// Names of the rendered texts (Bundle.Text).
 const (
-	KeyModel         = "model.json"
-	KeyStrongSwan    = "strongswan.json" // what the agent loads over VICI
-	KeySwanctlConf   = "swanctl.conf"    // the same, readable
-	KeyWireGuard     = "wireguard.json"  // what the agent configures the device with
-	KeyWireGuardConf = "wireguard.conf"  // the same, readable
-	KeyRuleset       = "ruleset.nft"     // loaded with nft -f, atomically
+	KeySwanctlConf   = "swanctl.conf"
+	KeyWireGuardConf = "wireguard.conf"
+	KeyRuleset       = "ruleset.nft"
 )
 
 // Options are the operator's dataplane settings.
@@ -60,75 +63,77 @@ func Render(gw *model.Gateway, opts Options) (*Bundle, error) {
 	return b, nil
 }
 
-// ConfigMapData is the bundle as ConfigMap data.
+// ConfigMapData is the bundle as ConfigMap data: the validated model alone. The gateway agent
+// renders the dataplane from it itself (FromConfigMapData), so nothing in the ConfigMap is
+// ever loaded as it stands — no ruleset text, no daemon configuration.
 func (b *Bundle) ConfigMapData() (map[string]string, error) {
-	data := map[string]string{KeyRuleset: b.Ruleset}
-	put := func(key string, v any) error {
-		raw, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
-			return fmt.Errorf("encoding %s: %w", key, err)
-		}
-		data[key] = string(raw) + "\n"
-		return nil
+	raw, err := json.MarshalIndent(b.Model, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s: %w", KeyModel, err)
 	}
-	if err := put(KeyModel, b.Model); err != nil {
+	return map[string]string{KeyModel: string(raw) + "\n"}, nil
+}
+
+// FromConfigMapData is the gateway agent's side: it accepts a ConfigMap that holds the model
+// and nothing else, decodes it strictly, checks the model's invariants (model.Verify, the
+// same code the operator's model is built to) and renders the dataplane from it with the
+// agent's own options. Anything else is refused, and the caller keeps its last good bundle.
+func FromConfigMapData(data map[string]string, opts Options) (*Bundle, error) {
+	var extra []string
+	for k := range data {
+		if k != KeyModel {
+			extra = append(extra, k)
+		}
+	}
+	if len(extra) > 0 {
+		slices.Sort(extra)
+		return nil, fmt.Errorf("configuration holds %s besides %s: only the model is accepted, the agent renders everything else itself", strings.Join(extra, ", "), KeyModel)
+	}
+	raw, ok := data[KeyModel]
+	if !ok {
+		return nil, fmt.Errorf("configuration has no %s", KeyModel)
+	}
+	m, err := DecodeModel([]byte(raw))
+	if err != nil {
 		return nil, err
 	}
+	return Render(m, opts)
+}
+
+// DecodeModel decodes and verifies a model: unknown fields and trailing data are refused.
+func DecodeModel(raw []byte) (*model.Gateway, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	m := &model.Gateway{}
+	if err := dec.Decode(m); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", KeyModel, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("decoding %s: data after the model", KeyModel)
+	}
+	if err := model.Verify(m); err != nil {
+		return nil, fmt.Errorf("%s does not verify: %w", KeyModel, err)
+	}
+	return m, nil
+}
+
+// Text is the rendered dataplane as an engineer reads it: the strongSwan configuration or the
+// WireGuard device, and the ruleset (what `gateway-agent render` prints).
+func (b *Bundle) Text() (map[string]string, error) {
+	out := map[string]string{KeyRuleset: b.Ruleset}
 	if b.StrongSwan != nil {
-		if err := put(KeyStrongSwan, b.StrongSwan); err != nil {
-			return nil, err
-		}
 		conf, err := b.StrongSwan.SwanctlConf()
 		if err != nil {
 			return nil, fmt.Errorf("swanctl.conf: %w", err)
 		}
-		data[KeySwanctlConf] = conf
+		out[KeySwanctlConf] = conf
 	}
 	if b.WireGuard != nil {
-		if err := put(KeyWireGuard, b.WireGuard); err != nil {
-			return nil, err
-		}
 		text, err := b.WireGuard.Text()
 		if err != nil {
 			return nil, fmt.Errorf("wireguard.conf: %w", err)
 		}
-		data[KeyWireGuardConf] = text
+		out[KeyWireGuardConf] = text
 	}
-	return data, nil
-}
-
-// FromConfigMapData reads a bundle back (the gateway agent's side).
-func FromConfigMapData(data map[string]string) (*Bundle, error) {
-	b := &Bundle{Model: &model.Gateway{}, Ruleset: data[KeyRuleset]}
-	get := func(key string, v any) error {
-		raw, ok := data[key]
-		if !ok {
-			return fmt.Errorf("configuration has no %s", key)
-		}
-		if err := json.Unmarshal([]byte(raw), v); err != nil {
-			return fmt.Errorf("decoding %s: %w", key, err)
-		}
-		return nil
-	}
-	if err := get(KeyModel, b.Model); err != nil {
-		return nil, err
-	}
-	if b.Ruleset == "" {
-		return nil, fmt.Errorf("configuration has no %s", KeyRuleset)
-	}
-	switch b.Model.Protocol {
-	case model.ProtocolIPsec:
-		b.StrongSwan = &strongswan.Config{}
-		if err := get(KeyStrongSwan, b.StrongSwan); err != nil {
-			return nil, err
-		}
-	case model.ProtocolWireGuard:
-		b.WireGuard = &wireguard.Config{}
-		if err := get(KeyWireGuard, b.WireGuard); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("configuration has unknown protocol %q", b.Model.Protocol)
-	}
-	return b, nil
+	return out, nil
 }

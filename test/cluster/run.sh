@@ -15,6 +15,8 @@
 #   4c. a peer naming a ServiceAccount token Secret as its PSK is refused and the gateway may not
 #      read it;
 #   4d. a host-network gateway in a namespace the admin did not label gets NotPermitted, no pod;
+#   4e. a ConfigMap edited to carry an nft table is refused (metric, event), the node has no such
+#      table and the last good configuration stays;
 #   5. deleting a gateway pod brings a new one and the tunnel back (time printed), for both;
 #   6. restarting the operator re-creates nothing (gateway Deployment generation, pod, ConfigMap);
 #   7. the agents' logs show no failure to cut revoked connections (netlink conntrack in a pod);
@@ -180,6 +182,21 @@ if wait_for "the unpermitted gateway's EndpointReady" 30 sh -c "kubectl -n lab-t
 else fail "sneaky's EndpointReady: $(kubectl -n lab-tenant-b get vpngw sneaky -o jsonpath='{.status.conditions}')"; fi
 if [ -z "$(kubectl -n lab-tenant-b get deploy,pods -o name 2>/dev/null)" ]; then pass "and it has no Deployment and no pod"; else fail "lab-tenant-b runs: $(kubectl -n lab-tenant-b get deploy,pods -o name)"; fi
 kubectl delete namespace lab-tenant-b --wait=true --timeout=60s >/dev/null
+
+echo "=== RUN 4e a ConfigMap carrying anything but the model is refused"
+agent_metric() { curl -sf --max-time 2 "http://$(kubectl -n $NS get pod "$(gwpod)" -o jsonpath='{.status.podIP}'):9090/metrics" | awk -v m="$1" '$1 ~ "^"m"[{]" {print $2}'; }
+rej0=$(agent_metric bnerd_vpn_config_rejected_total); rej0=${rej0:-0}
+kubectl -n $NS patch cm acme-gw-gateway-config --type merge \
+  -p '{"data":{"ruleset.nft":"table ip lab_evil { chain input { type filter hook input priority -500; policy drop; } }"}}' >/dev/null
+rejected_more() { [ "$(agent_metric bnerd_vpn_config_rejected_total)" -gt "$rej0" ] 2>/dev/null; }
+if wait_for "the agent refusing the edited ConfigMap" 30 rejected_more; then
+  pass "the agent refused a ConfigMap carrying an nft table (bnerd_vpn_config_rejected_total $rej0 -> $(agent_metric bnerd_vpn_config_rejected_total))"
+else fail "the agent did not report refusing the edited ConfigMap"; fi
+if nft list tables | grep -q lab_evil; then fail "the node has the ConfigMap's nft table"; else pass "the node has no such table"; fi
+if curl_from hq 1 3 "http://$VIP_WEB:8080/" >/dev/null; then pass "hq still reaches web on the last good configuration"; else fail "hq lost web after the ConfigMap edit"; fi
+kubectl -n $NS get events --field-selector reason=ConfigRejected -o jsonpath='{.items[0].message}' | grep -q 'besides model.json' &&
+  pass "a ConfigRejected event says why" || fail "no ConfigRejected event"
+kubectl -n $NS patch cm acme-gw-gateway-config --type json -p '[{"op":"remove","path":"/data/ruleset.nft"}]' >/dev/null
 
 echo "=== RUN 5 gateway pod deleted"
 old=$(gwpod); t=$SECONDS

@@ -839,7 +839,7 @@ func (l *lab) gatewayService(port int) string {
 // ServiceAccount.
 func (l *lab) startAgent() *netns.Process {
 	l.tb.Helper()
-	args := []string{"env", "KUBECONFIG=" + l.kubeconfig, agentBin, "run",
+	args := []string{"env", "KUBECONFIG=" + l.kubeconfig, agentBin, "run", "--userspace-dataplane",
 		"--gateway", "gw", "--namespace", l.k8sNS, "--metrics-addr", "127.0.0.1:9090", "--status-interval", "1s",
 		"--zap-time-encoding", "rfc3339nano"}
 	if l.proto == vpnv1.ProtocolIPsec {

@@ -53,7 +53,7 @@ func TestIPsecDeviceInitiatesBeforeAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if out, err := l.gw.Run(agentBin, "init", "--config-dir", dir); err != nil {
+	if out, err := l.gw.Run(agentBin, "init", "--config-dir", dir, "--userspace-dataplane"); err != nil {
 		t.Fatalf("gateway-agent init: %v\n%s", err, out)
 	}
 

@@ -18,6 +18,9 @@ type Collector struct {
 	// Repairs is the engine's count of ruleset repairs (agent.Engine.Repairs); nil leaves the
 	// metric out.
 	Repairs func() uint64
+	// Rejected is the count of configurations refused (a ConfigMap holding anything but a
+	// model that verifies); nil leaves the metric out.
+	Rejected func() uint64
 }
 
 var (
@@ -27,6 +30,9 @@ var (
 
 	descRepairs = prometheus.NewDesc("bnerd_vpn_ruleset_repairs_total",
 		"Times the agent found the gateway's nftables table missing or changed and re-applied the rendered ruleset.", gwLabels, nil)
+
+	descRejected = prometheus.NewDesc("bnerd_vpn_config_rejected_total",
+		"Gateway configurations the agent refused (anything but a model that verifies); the last good one stays applied.", gwLabels, nil)
 
 	descUp         = prometheus.NewDesc("bnerd_vpn_peer_up", "1 when the peer's tunnel is established.", labels, nil)
 	descAuthorized = prometheus.NewDesc("bnerd_vpn_peer_authorized", "1 when the peer holds a valid grant.", labels, nil)
@@ -41,7 +47,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descAuthorized, descBytes, descPackets, descEstab, descRekeys, descHandshake, descDrops, descDropBytes, descRepairs} {
+	for _, d := range []*prometheus.Desc{descUp, descAuthorized, descBytes, descPackets, descEstab, descRekeys, descHandshake, descDrops, descDropBytes, descRepairs, descRejected} {
 		ch <- d
 	}
 }
@@ -50,6 +56,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if c.Repairs != nil {
 		ch <- prometheus.MustNewConstMetric(descRepairs, prometheus.CounterValue, float64(c.Repairs()), c.Namespace, c.Gateway)
+	}
+	if c.Rejected != nil {
+		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(c.Rejected()), c.Namespace, c.Gateway)
 	}
 	snap := c.Snapshot()
 	for name, p := range snap.Peers {

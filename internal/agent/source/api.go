@@ -24,6 +24,10 @@ type API struct {
 	Namespace string
 	ConfigMap string
 	Log       logr.Logger
+	// Render are the agent's own rendering options (the dataplane it runs).
+	Render render.Options
+	// Rejected, when set, is told about every configuration refused (see render.FromConfigMapData).
+	Rejected func(error)
 
 	mu      sync.Mutex
 	data    map[string]string
@@ -60,7 +64,10 @@ func (a *API) Run(ctx context.Context, ch chan<- agent.Update) error {
 		}
 		u, err := a.current(ctx)
 		if err != nil {
-			a.Log.Error(err, "gateway configuration is not usable; keeping the last applied one")
+			a.Log.Error(err, "gateway configuration refused; keeping the last applied one")
+			if a.Rejected != nil {
+				a.Rejected(err)
+			}
 			continue
 		}
 		if u.Bundle == nil {
@@ -90,7 +97,7 @@ func (a *API) current(ctx context.Context) (agent.Update, error) {
 	if data == nil {
 		return agent.Update{}, nil
 	}
-	b, err := render.FromConfigMapData(data)
+	b, err := render.FromConfigMapData(data, a.Render)
 	if err != nil {
 		return agent.Update{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -22,6 +23,10 @@ type Files struct {
 	// Interval between checks (default 200 ms).
 	Interval time.Duration
 	Log      logr.Logger
+	// Render are the agent's own rendering options (the dataplane it runs).
+	Render render.Options
+	// Rejected, when set, is told about every configuration refused.
+	Rejected func(error)
 }
 
 // Run sends updates on ch until ctx ends.
@@ -38,8 +43,11 @@ func (f *Files) Run(ctx context.Context, ch chan<- agent.Update) error {
 		switch {
 		case err != nil:
 			if !bytes.Equal(last, []byte("error:"+err.Error())) {
-				f.Log.Error(err, "reading configuration files")
+				f.Log.Error(err, "gateway configuration refused; keeping the last applied one")
 				last = []byte("error:" + err.Error())
+				if f.Rejected != nil {
+					f.Rejected(err)
+				}
 			}
 		case !bytes.Equal(digest, last):
 			last = digest
@@ -61,18 +69,24 @@ func (f *Files) Run(ctx context.Context, ch chan<- agent.Update) error {
 func (f *Files) Read() (agent.Update, []byte, error) {
 	h := sha256.New()
 	data := map[string]string{}
-	for _, key := range []string{render.KeyModel, render.KeyStrongSwan, render.KeyWireGuard, render.KeyRuleset} {
-		raw, err := os.ReadFile(filepath.Join(f.ConfigDir, key))
-		if os.IsNotExist(err) {
+	entries, err := os.ReadDir(f.ConfigDir)
+	if err != nil {
+		return agent.Update{}, nil, err
+	}
+	for _, e := range entries {
+		// A mounted ConfigMap is its keys plus the kubelet's ..data links and directories.
+		if e.IsDir() || strings.HasPrefix(e.Name(), "..") {
 			continue
-		} else if err != nil {
+		}
+		raw, err := os.ReadFile(filepath.Join(f.ConfigDir, e.Name()))
+		if err != nil {
 			return agent.Update{}, nil, err
 		}
-		data[key] = string(raw)
-		h.Write([]byte(key))
+		data[e.Name()] = string(raw)
+		h.Write([]byte(e.Name()))
 		h.Write(raw)
 	}
-	b, err := render.FromConfigMapData(data)
+	b, err := render.FromConfigMapData(data, f.Render)
 	if err != nil {
 		return agent.Update{}, nil, err
 	}

@@ -37,5 +37,13 @@ func (e *Events) Event(gw *model.Gateway, eventType, reason, message string) {
 	}, eventType, reason, message)
 }
 
+// GatewayEvent records an Event on the VPNGateway by name (when no model is at hand, e.g. a
+// configuration that was refused).
+func (e *Events) GatewayEvent(namespace, name, eventType, reason, message string) {
+	e.recorder.Event(&corev1.ObjectReference{
+		APIVersion: vpnv1.GroupVersion.String(), Kind: "VPNGateway", Namespace: namespace, Name: name,
+	}, eventType, reason, message)
+}
+
 // Stop flushes what it can and stops recording.
 func (e *Events) Stop() { e.broadcaster.Shutdown() }

@@ -551,9 +551,13 @@ func TestDeploymentShape(t *testing.T) {
 				t.Fatalf("%d init containers", len(pod.InitContainers))
 			}
 			ini := pod.InitContainers[0]
+			var dataplane []string // the agent renders for the dataplane it runs
+			if tc.opts.UserspaceDataplane {
+				dataplane = []string{"--userspace-dataplane"}
+			}
 			if *ini.Name != "agent-init" || *ini.Image != tc.opts.AgentImage ||
 				!slices.Equal(ini.Command, []string{"/gateway-agent"}) ||
-				!slices.Equal(ini.Args, []string{"init", "--config-dir", "/etc/vpn-gateway"}) {
+				!slices.Equal(ini.Args, append([]string{"init", "--config-dir", "/etc/vpn-gateway"}, dataplane...)) {
 				t.Errorf("init container %s %s %v %v", *ini.Name, *ini.Image, ini.Command, ini.Args)
 			}
 
@@ -579,8 +583,8 @@ func TestDeploymentShape(t *testing.T) {
 			if metricsPort == 0 {
 				metricsPort = DefaultMetricsPort
 			}
-			if !slices.Equal(agent.Args, []string{"run", "--gateway", gw.Name, "--namespace", gw.Namespace,
-				"--config-map", gw.Name + "-gateway-config", "--metrics-addr", fmt.Sprintf(":%d", metricsPort)}) {
+			if !slices.Equal(agent.Args, append([]string{"run", "--gateway", gw.Name, "--namespace", gw.Namespace,
+				"--config-map", gw.Name + "-gateway-config", "--metrics-addr", fmt.Sprintf(":%d", metricsPort)}, dataplane...)) {
 				t.Errorf("agent args %v", agent.Args)
 			}
 			var podNS bool

@@ -129,16 +129,21 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 	hostNetwork := gw.Endpoint.Kind == model.EndpointHostNetwork
 
 	// Init: install the nftables ruleset before any tunnel can come up (fail-closed).
+	// The agent renders the dataplane from the model itself, for the dataplane it runs.
+	var dataplane []string
+	if opts.UserspaceDataplane {
+		dataplane = []string{"--userspace-dataplane"}
+	}
 	initC := container(gw, ContainerAgentInit, opts.AgentImage, opts).
 		WithCommand(AgentCommand).
-		WithArgs("init", "--config-dir", ConfigDir).
+		WithArgs(append([]string{"init", "--config-dir", ConfigDir}, dataplane...)...).
 		WithVolumeMounts(configMount())
 
 	// Agent sidecar: converges charon (over VICI) or the WireGuard device, reports status and
 	// serves metrics. It reads its configuration and secrets through the API (see the Role).
 	agent := container(gw, ContainerAgent, opts.AgentImage, opts).
 		WithCommand(AgentCommand).
-		WithArgs("run", "--gateway", gw.Name, "--namespace", gw.Namespace, "--config-map", ConfigMapName(gw.Name), "--metrics-addr", ":"+strconv.Itoa(int(opts.MetricsPort))).
+		WithArgs(append([]string{"run", "--gateway", gw.Name, "--namespace", gw.Namespace, "--config-map", ConfigMapName(gw.Name), "--metrics-addr", ":" + strconv.Itoa(int(opts.MetricsPort))}, dataplane...)...).
 		WithEnv(
 			corev1ac.EnvVar().WithName("POD_NAMESPACE").WithValueFrom(corev1ac.EnvVarSource().
 				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.namespace"))),

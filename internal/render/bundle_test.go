@@ -1,0 +1,118 @@
+package render_test
+
+import (
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render"
+)
+
+func builtGateway(t *testing.T) *model.Gateway {
+	t.Helper()
+	gw := &vpnv1.VPNGateway{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "t", UID: "u", Generation: 1},
+		Spec: vpnv1.VPNGatewaySpec{
+			Protocol:  vpnv1.ProtocolIPsec,
+			Endpoint:  vpnv1.Endpoint{LoadBalancer: &vpnv1.LoadBalancerEndpoint{}},
+			Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "198.51.100.80", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}}},
+		},
+	}
+	peers := []vpnv1.VPNPeer{{
+		ObjectMeta: metav1.ObjectMeta{Name: "hq", Namespace: "t", UID: "p"},
+		Spec: vpnv1.VPNPeerSpec{GatewayRef: "gw", IPsec: &vpnv1.IPsecPeer{
+			Peer:          vpnv1.IPsecRemote{Address: "203.0.113.9", ID: "hq.example.com"},
+			RemoteSubnets: []string{"10.20.0.0/16"},
+			PSKSecretRef:  vpnv1.SecretKeyRef{Name: "hq-psk", Key: "psk"},
+		}},
+	}}
+	m, errs := model.Build(model.Input{Gateway: gw, Peers: peers, Config: model.Config{PoolCIDR: model.DefaultPoolCIDR},
+		ServiceCIDR: netip.MustParsePrefix("100.64.1.0/24"), PublicAddress: "192.0.2.1"})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return m
+}
+
+// The ConfigMap carries the model alone; the agent renders the same dataplane from it as the
+// operator would.
+func TestConfigMapCarriesOnlyTheModel(t *testing.T) {
+	m := builtGateway(t)
+	b, err := render.Render(m, render.Options{UserspaceDataplane: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := b.ConfigMapData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) != 1 || data[render.KeyModel] == "" {
+		t.Fatalf("ConfigMap data keys: %v", keys(data))
+	}
+	back, err := render.FromConfigMapData(data, render.Options{UserspaceDataplane: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Ruleset != b.Ruleset || len(back.StrongSwan.Connections) != 1 {
+		t.Errorf("the agent's rendering differs from the operator's")
+	}
+}
+
+// Anything but a model that verifies is refused: the agent never loads text it did not render.
+func TestConfigMapRefusals(t *testing.T) {
+	m := builtGateway(t)
+	raw, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tamper := func(f func(map[string]any)) string {
+		var v map[string]any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			t.Fatal(err)
+		}
+		f(v)
+		out, _ := json.Marshal(v)
+		return string(out)
+	}
+	tests := []struct {
+		name string
+		data map[string]string
+		want string
+	}{
+		{"an extra nft table", map[string]string{render.KeyModel: string(raw), render.KeyRuleset: "table ip evil { }"}, "besides model.json"},
+		{"no model", map[string]string{"swanctl.conf": "connections {}"}, "besides model.json"},
+		{"empty", map[string]string{}, "no model.json"},
+		{"an unknown field", map[string]string{render.KeyModel: tamper(func(v map[string]any) { v["ruleset"] = "flush ruleset" })}, "unknown field"},
+		{"trailing data", map[string]string{render.KeyModel: string(raw) + `{"x":1}`}, "data after the model"},
+		{"a peer carrying the whole Internet", map[string]string{render.KeyModel: tamper(func(v map[string]any) {
+			v["peers"].([]any)[0].(map[string]any)["sourceCIDRs"] = []any{"0.0.0.0/0"}
+		})}, "whole Internet"},
+		{"a target on cloud metadata", map[string]string{render.KeyModel: tamper(func(v map[string]any) {
+			v["exposures"].([]any)[0].(map[string]any)["target"] = "169.254.169.254"
+		})}, "not one the cluster may offer"},
+		{"a grant to nobody", map[string]string{render.KeyModel: tamper(func(v map[string]any) {
+			v["exposures"].([]any)[0].(map[string]any)["grantedTo"] = []any{"hq", "ghost"}
+		})}, "not an authorized peer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := render.FromConfigMapData(tt.data, render.Options{})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
