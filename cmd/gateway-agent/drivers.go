@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -17,13 +18,17 @@ import (
 )
 
 type driverOptions struct {
-	viciSocket    string
-	wireguardMode string
+	viciSocket     string
+	wireguardMode  string
+	wireguardState string
 }
 
 func (o *driverOptions) bindFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.viciSocket, "vici-socket", "unix:///run/strongswan/charon.vici", "charon's VICI socket (IPsec gateways)")
 	f.StringVar(&o.wireguardMode, "wireguard-mode", "auto", "WireGuard device: auto (kernel when available), kernel or userspace")
+	// The UAPI socket's directory is the pod's emptyDir: it outlives the agent's container.
+	f.StringVar(&o.wireguardState, "wireguard-state-file", filepath.Join(wireguard.UAPIDir, nft.WireGuardInterface+".endpoints.json"),
+		"where the peers' last endpoints are kept (public data only) so a re-created device reaches roaming sites at once after an agent restart (empty disables)")
 }
 
 // lazyDriver creates the protocol's driver when the first configuration says which protocol
@@ -56,7 +61,8 @@ func (l *lazyDriver) get(ctx context.Context, m *model.Gateway) (agent.Driver, e
 		// In the node's network namespace (host network) nothing ends the device with the pod:
 		// the agent removes it when it stops (see agent.Engine.TearDown).
 		l.d, err = wireguard.New(ctx, wireguard.Options{InterfaceName: nft.WireGuardInterface, Mode: wireguard.Mode(l.opts.wireguardMode),
-			Logger: l.log.WithName("wireguard"), DeleteOnClose: m.Endpoint.Kind == model.EndpointHostNetwork})
+			Logger: l.log.WithName("wireguard"), DeleteOnClose: m.Endpoint.Kind == model.EndpointHostNetwork,
+			StateFile: l.opts.wireguardState})
 	default:
 		err = fmt.Errorf("unknown protocol %q", p)
 	}

@@ -97,6 +97,11 @@ type Options struct {
 	// running: a kernel device outlives the agent; an embedded userspace device keeps running
 	// until the process exits (which ends it anyway).
 	DeleteOnClose bool
+	// StateFile, when set, is where the driver remembers each peer's last known endpoint and
+	// handshake (public data only), so that a device it re-creates after a restart reaches
+	// roaming peers at once (see endpoints.go). Its directory must exist and outlive the
+	// process (the gateway pod's emptyDir).
+	StateFile string
 }
 
 // Driver is the WireGuard agent.Driver.
@@ -120,6 +125,10 @@ type Driver struct {
 	establishedAt map[wgtypes.Key]time.Time
 	// last is the state the latest Apply or poll saw, which the poll compares with.
 	last snapshot
+	// mem is the endpoint memory (nil without Options.StateFile); configured is set once an
+	// Apply configured the device, from when on the device's peers are recorded in it.
+	mem        *endpointMemory
+	configured bool
 
 	changes   chan struct{}
 	stop      chan struct{}
@@ -174,6 +183,13 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	}
 	if _, err := rand.Read(d.salt[:]); err != nil {
 		return nil, fmt.Errorf("random salt: %w", err)
+	}
+	if opts.StateFile != "" {
+		var why string
+		d.mem, why = loadEndpointMemory(opts.StateFile)
+		if why != "" {
+			d.log.Info(why)
+		}
 	}
 	if err := d.openDevice(); err != nil {
 		return nil, err
@@ -347,7 +363,9 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 	for _, p := range dev.Peers {
 		onDevice[p.PublicKey] = p
 	}
-	var changed []wgtypes.Key
+	var changed, initiate []wgtypes.Key
+	restored := 0
+	now := time.Now()
 	for key, w := range wants {
 		cur, present := onDevice[key]
 		if h, ok := d.applied[key]; present && ok && h == w.hash {
@@ -366,6 +384,18 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 			}
 			if w.alive == 0 {
 				pc.PersistentKeepaliveInterval = nil
+			}
+			// On a device this driver created, a peer the previous device knew gets the
+			// endpoint that device last saw (unless one is configured), and when it may still
+			// hold a session with the previous device, a handshake at once: it would keep
+			// sending on that session, which nobody can decrypt any more, for 15 s.
+			ep, live := d.restoreFor(priv.PublicKey(), key, now)
+			if ep != nil && w.ep == nil {
+				pc.Endpoint = ep
+				restored++
+			}
+			if live {
+				initiate = append(initiate, key)
 			}
 		}
 		devCfg.Peers = append(devCfg.Peers, pc)
@@ -418,7 +448,23 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 	if err := d.convergeLink(cfg.Interface, routes); err != nil {
 		return err
 	}
+	d.configured = true
+	if restored > 0 {
+		d.log.Info("peers' last endpoints restored from the previous device", "peers", restored)
+	}
+	if d.mem != nil {
+		clear(d.mem.restore) // they served the device's first configuration
+	}
+	d.initiate(initiate)
 	return nil
+}
+
+// restoreFor is the endpoint memory's entry for a peer on a device this driver created.
+func (d *Driver) restoreFor(dev, peer wgtypes.Key, now time.Time) (*net.UDPAddr, bool) {
+	if !d.created {
+		return nil, false
+	}
+	return d.mem.restoreFor(dev, peer, now)
 }
 
 // wipeDevice clears the keys wgctrl read back from the device (it returns the private key

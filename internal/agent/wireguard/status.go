@@ -33,6 +33,11 @@ func (d *Driver) peersLocked(now time.Time) (map[string]agent.PeerState, error) 
 		return nil, fmt.Errorf("reading device %s: %s", d.name, redact(err.Error()))
 	}
 	wipeDevice(dev)
+	if d.configured {
+		if err := d.mem.note(dev.PublicKey, dev.Peers, now); err != nil {
+			d.log.Info("the peers' endpoints are not remembered across a restart", "error", err.Error())
+		}
+	}
 	onDevice := make(map[wgtypes.Key]*wgtypes.Peer, len(dev.Peers))
 	for i := range dev.Peers {
 		onDevice[dev.Peers[i].PublicKey] = &dev.Peers[i]

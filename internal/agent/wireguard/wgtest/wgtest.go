@@ -92,6 +92,8 @@ type Options struct {
 	// KeepDevice leaves the device in place when the helper stops (the default removes it).
 	// A userspace device ends with the helper process anyway.
 	KeepDevice bool `json:"keepDevice"`
+	// StateFile is the driver's endpoint memory (Options.StateFile); none when empty.
+	StateFile string `json:"stateFile"`
 }
 
 var nameSeq atomic.Int64
@@ -421,6 +423,7 @@ func helperMain(spec string, in io.Reader, out, logOut io.Writer) int {
 		Logger:        log,
 		PollInterval:  opts.PollInterval,
 		DeleteOnClose: !opts.KeepDevice,
+		StateFile:     opts.StateFile,
 	})
 	if err != nil {
 		_ = enc.Encode(response{Error: err.Error()})
