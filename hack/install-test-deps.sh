@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests use (real nftables, network namespaces, traffic tools,
-# strongSwan) when any is missing, and promtool (hack/promtool.sh). Needs root (CI and the lab
+# strongSwan) when any is missing, promtool (hack/promtool.sh) and libreswan's addconn
+# (hack/libreswan-addconn.sh). Needs root (CI and the lab
 # run as root).
 set -euo pipefail
 packages=(nftables iproute2 iputils-ping socat iperf3 strongswan-swanctl charon-systemd libstrongswan-standard-plugins libstrongswan-extra-plugins libcharon-extra-plugins)
@@ -9,6 +10,7 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 "$(dirname "$0")/promtool.sh" >/dev/null
+"$(dirname "$0")/libreswan-addconn.sh" >/dev/null
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "install-test-deps: need root to install: ${missing[*]}" >&2

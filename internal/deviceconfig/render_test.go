@@ -6,6 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -322,11 +325,12 @@ func checkINI(t *testing.T, out string) {
 	}
 }
 
-// checkLibreswan: one conn, tab-indented key=value lines, the keys libreswan 4 knows. (Debian's
-// libreswan conflicts with its strongSwan packages, so `ipsec addconn --checkconfig` cannot run
-// beside charon on the test machine.)
+// checkLibreswan: one conn, tab-indented key=value lines, the keys libreswan 4 knows, and
+// libreswan's own parser accepts it (`ipsec addconn --checkconfig`, its binary taken out of
+// Debian's package by hack/libreswan-addconn.sh: the package itself conflicts with charon).
 func checkLibreswan(t *testing.T, out string) {
 	t.Helper()
+	checkWithAddconn(t, out)
 	known := []string{"ikev2", "authby", "left", "leftid", "leftsubnet", "leftsubnets", "right", "rightid",
 		"rightsubnet", "ike", "esp", "pfs", "ikelifetime", "salifetime", "dpddelay", "dpdtimeout", "dpdaction",
 		"mobike", "auto"}
@@ -565,4 +569,25 @@ func (zeroReader) Read(b []byte) (int, error) {
 		b[i] = 0
 	}
 	return len(b), nil
+}
+
+// checkWithAddconn runs libreswan's addconn --checkconfig on the conn, inside a config file
+// with an empty "config setup" section, as /etc/ipsec.conf would hold it.
+func checkWithAddconn(t *testing.T, conn string) {
+	t.Helper()
+	path, err := exec.Command(filepath.Join("..", "..", "hack", "libreswan-addconn.sh")).Output()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("hack/libreswan-addconn.sh: %v", err)
+		}
+		t.Logf("libreswan's addconn is not available here (%v): only the shape is checked", err)
+		return
+	}
+	file := filepath.Join(t.TempDir(), "ipsec.conf")
+	if err := os.WriteFile(file, []byte("config setup\n\n"+conn), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := exec.Command(strings.TrimSpace(string(path)), "--config", file, "--checkconfig").CombinedOutput(); err != nil {
+		t.Errorf("libreswan's addconn refuses the configuration: %v: %s", err, msg)
+	}
 }
