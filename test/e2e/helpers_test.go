@@ -735,6 +735,7 @@ type lab struct {
 	webVIP, other netip.Addr
 	kubeconfig    string
 	sites         int
+	state         string // stateDir
 }
 
 // labSite is one client site: its namespace, link, subnet and device.
@@ -836,8 +837,8 @@ func (l *lab) gatewayService(port int) string {
 }
 
 // startAgent starts the real agent binary in the gateway's namespace as the gateway's
-// ServiceAccount.
-func (l *lab) startAgent() *netns.Process {
+// ServiceAccount, with extra flags (after the lab's).
+func (l *lab) startAgent(extra ...string) *netns.Process {
 	l.tb.Helper()
 	args := []string{"env", "KUBECONFIG=" + l.kubeconfig, agentBin, "run", "--userspace-dataplane",
 		"--gateway", "gw", "--namespace", l.k8sNS, "--metrics-addr", "127.0.0.1:9090", "--status-interval", "1s",
@@ -850,14 +851,30 @@ func (l *lab) startAgent() *netns.Process {
 		// machine-wide, as in the other tests: one WireGuard gateway at a time.
 		args = append(args, "--wireguard-mode", "userspace")
 		removeUAPISocketAtCleanup(l.tb)
+		// The peers' endpoints, kept across the agent's restarts (the pod's emptyDir in a
+		// cluster): the test's own, not the machine-wide default beside the UAPI socket.
+		args = append(args, "--wireguard-state-file", filepath.Join(l.stateDir(), "wg0.endpoints.json"))
 	}
-	return l.gw.Start(args...)
+	return l.gw.Start(append(args, extra...)...)
+}
+
+// stateDir is the lab's directory for the agents' WireGuard endpoint state, the same for every
+// agent of the lab (as a pod's emptyDir is for its restarted containers).
+func (l *lab) stateDir() string {
+	if l.state == "" {
+		l.state = l.tb.TempDir()
+	}
+	return l.state
 }
 
 // removeUAPISocketAtCleanup removes the userspace wg0's UAPI socket, which a killed agent
-// leaves behind. Registered before the agent's process: runs after it is killed.
+// leaves behind, and the agent's endpoint state file when it used the default one beside it.
+// Registered before the agent's process: runs after it is killed.
 func removeUAPISocketAtCleanup(tb testing.TB) {
-	tb.Cleanup(func() { _ = os.Remove(filepath.Join(agentwg.UAPIDir, "wg0.sock")) })
+	tb.Cleanup(func() {
+		_ = os.Remove(filepath.Join(agentwg.UAPIDir, "wg0.sock"))
+		_ = os.Remove(filepath.Join(agentwg.UAPIDir, "wg0.endpoints.json"))
+	})
 }
 
 // agentGet does an HTTP GET on the agent's metrics listener (inside the gateway's namespace).
