@@ -45,7 +45,9 @@ import (
 //     manager is the standby. A manager that lost its Lease has cancelled its reconcilers' context,
 //     so their API writes fail; and a rebuilt manager reconciles only once it holds the Lease again.
 //
-// Only a stop of ctx (SIGTERM) or an invalid configuration ends Run.
+// Only a stop of ctx (SIGTERM) or an invalid configuration ends Run. (Building a manager takes
+// no context: against an API server that accepts connections but is frozen, it waits until the
+// server answers — still waiting, never exiting, with /readyz saying so.)
 
 // Phase is where Run is.
 type Phase string
