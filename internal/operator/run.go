@@ -266,6 +266,9 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		r.update(func(s *Status) {
+			s.Phase, s.Reason, s.NextAttempt = PhaseWaitingForAPIServer, "the API server answers; building the manager (REST mappings)", time.Time{}
+		})
 		mgr, err := NewManager(ctx, r.RestConfig, cfg)
 		if err != nil {
 			if !wait(PhaseWaitingForAPIServer, fmt.Errorf("building the manager: %w", err)) {
