@@ -22,6 +22,8 @@ fi
 "$root/hack/lab/build-kube.sh" >/dev/null
 # the WireGuard client site's daemon (the version the gateway agent embeds, from go.mod)
 (cd "$root" && go build -o bin/lab/wireguard-go golang.zx2c4.com/wireguard)
+# kubectl vpn: the lab configures its client sites from its peer-config
+(cd "$root" && go build -o bin/kubectl-vpn ./cmd/kubectl-vpn)
 
 if [ -f "$S/pids" ] && grep -q . "$S/pids"; then log "a lab is already up (state in $S); run hack/lab/cluster-down.sh first"; exit 1; fi
 mkdir -p "$S"/{pki,etcd,logs,containerd,cni/net.d,cni/ipam,kubelet,kubelet-certs,kubelet-plugins,manifests}

@@ -70,7 +70,12 @@ SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops net.ipv4.ip_forw
 site_ensure() {
   local c="$S/sites/$1/strongswan.conf"
   STRONGSWAN_CONF=$c swanctl --list-sas 2>/dev/null | grep -q 'INSTALLED' && return 0
-  STRONGSWAN_CONF=$c timeout 15 swanctl --initiate --child net --timeout 10 >/dev/null 2>&1
+  STRONGSWAN_CONF=$c timeout 15 swanctl --initiate --child "$(cat "$S/sites/$1/child")" --timeout 10 >/dev/null 2>&1
+}
+# site_device_config <peer> <format>: the client device's configuration for the VPNPeer, as an
+# engineer hands it over (kubectl vpn peer-config, the PSK included).
+site_device_config() {
+  "$root/bin/kubectl-vpn" peer-config "$1" -n "$LAB_NS" --format "$2" --include-secrets
 }
 # lab_load_balancer <namespace> <service>: the lab's load balancer for class $LB_CLASS: once the
 # Service exists, writes $LB_IP into its status as a cloud's load balancer controller would;

@@ -119,8 +119,8 @@ log "service CIDR $CIDR, web $VIP_WEB:8080, admin $VIP_ADMIN:8081"
 # startup gate drops their IKE and they retransmit
 wait_for "the gateway pod" 90 kubectl -n $NS wait --for=condition=GatewayAvailable vpngw/acme-gw --timeout=1s
 log "client sites: hq (granted: web), branch (granted: web, admin)"
-"$root/hack/lab/site.sh" hq 1 hq.acme.example "$PSK_HQ" "$CIDR"
-"$root/hack/lab/site.sh" branch 2 branch.acme.example "$PSK_BR" "$CIDR"
+"$root/hack/lab/site.sh" hq 1
+"$root/hack/lab/site.sh" branch 2
 
 lab_load_balancer "$NS" acme-wg-gateway-lb
 wait_for "the WireGuard gateway's address and public key" 60 sh -c "kubectl -n $NS get vpngw acme-wg -o jsonpath='{.status.publicAddress} {.status.wireguardPublicKey} {.status.exposures[0].virtualIP}' | grep -q '^[^ ]\+ [^ ]\+ [^ ]\+$'"
@@ -129,7 +129,7 @@ WG_KEY=$(kubectl -n $NS get vpngw acme-wg -o jsonpath='{.status.wireguardPublicK
 WG_ADDR=$(kubectl -n $NS get vpngw acme-wg -o jsonpath='{.status.publicAddress}')
 VIP_WG_WEB=$(kubectl -n $NS get vpngw acme-wg -o jsonpath='{.status.exposures[?(@.name=="web")].virtualIP}')
 log "client site: roam (WireGuard to $WG_ADDR:51820, service CIDR $WG_CIDR, web $VIP_WG_WEB:8080)"
-"$root/hack/lab/site-wireguard.sh" roam 4 "$WG_ADDR:51820" "$WG_KEY" "$WG_CIDR"
+"$root/hack/lab/site-wireguard.sh" roam 4
 
 curl_from() { ip netns exec "lab-site-$1" curl -sS --max-time "${3:-2}" --interface "$(site_host "$2")" "$4"; }
 log "waiting for a live tunnel (a request from hq through it)"

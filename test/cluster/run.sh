@@ -82,15 +82,15 @@ if wait_for check 60 curl_from hq 1 2 "http://$VIP_WEB:8080/"; then pass "hq rea
 else fail "hq cannot reach web after the backend was replaced"; fi
 
 echo "=== RUN 4 peer added live"
-hq_sa_before=$(STRONGSWAN_CONF="$S/sites/hq/strongswan.conf" swanctl --list-sas 2>/dev/null | grep -o 'acme: #[0-9]*' | head -1)
+hq_sa_before=$(STRONGSWAN_CONF="$S/sites/hq/strongswan.conf" swanctl --list-sas 2>/dev/null | grep -o '^[^ :]*: #[0-9]*' | head -1)
 t=$SECONDS
 PSK=lab-new-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 lab_ipsec_peer newsite 3 "$PSK" web | kubectl apply -f - >/dev/null
-"$root/hack/lab/site.sh" newsite 3 newsite.acme.example "$PSK" "$CIDR"
+"$root/hack/lab/site.sh" newsite 3
 newsite_live() { site_ensure newsite; curl_from newsite 3 2 "http://$VIP_WEB:8080/"; }
 if wait_for check 90 newsite_live; then pass "new peer reaches web after $((SECONDS - t))s"; else fail "new peer has no tunnel"; fi
 wait_for check 30 sh -c "kubectl -n $NS get vpnpeer newsite -o jsonpath='{.status.conditions[?(@.type==\"Connected\")].status}' | grep -q True" && pass "new peer Connected" || fail "new peer not Connected"
-hq_sa_after=$(STRONGSWAN_CONF="$S/sites/hq/strongswan.conf" swanctl --list-sas 2>/dev/null | grep -o 'acme: #[0-9]*' | head -1)
+hq_sa_after=$(STRONGSWAN_CONF="$S/sites/hq/strongswan.conf" swanctl --list-sas 2>/dev/null | grep -o '^[^ :]*: #[0-9]*' | head -1)
 if [ -n "$hq_sa_before" ] && [ "$hq_sa_before" = "$hq_sa_after" ]; then pass "hq's IKE SA undisturbed ($hq_sa_after)"; else fail "hq's IKE SA changed ($hq_sa_before -> $hq_sa_after)"; fi
 
 echo "=== RUN 4b overlapping dark peer reaches nothing"
@@ -115,7 +115,7 @@ spec:
     esp: {proposals: [aes256gcm16-ecp256]}
     pskSecretRef: {name: intruder-psk, key: psk}
 YAML
-SITE_EXTRA_TS=$overlap "$root/hack/lab/site.sh" intruder 5 intruder.acme.example "$PSK" "$CIDR"
+SITE_EXTRA_TS=$overlap "$root/hack/lab/site.sh" intruder 5
 ip -n lab-site-intruder addr add $overlap_host/32 dev lo
 wait_for "the intruder's Authorized condition" 30 sh -c "kubectl -n $NS get vpnpeer intruder -o jsonpath='{.status.conditions[?(@.type==\"Authorized\")].reason}' | grep -qx SubnetConflict" &&
   pass "intruder: Authorized=False/SubnetConflict: $(kubectl -n $NS get vpnpeer intruder -o jsonpath='{.status.conditions[?(@.type=="Authorized")].message}')" ||
@@ -218,10 +218,15 @@ pod=$(gwpod)
 cm=$(kubectl -n $NS get cm -l vpn.bnerd.net/gateway=acme-gw -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.resourceVersion} {end}')
 kubectl -n bnerd-vpn-system rollout restart deploy/bnerd-vpn-operator >/dev/null
 kubectl -n bnerd-vpn-system rollout status deploy/bnerd-vpn-operator --timeout=120s >/dev/null
-# the new operator has reconciled every gateway and peer once (its initial sync) and has nothing
-# queued: read from its metrics (plain HTTP on the pod's port 8080)
-opip=$(kubectl -n bnerd-vpn-system get pod -l app.kubernetes.io/name=bnerd-vpn-operator --sort-by=.metadata.creationTimestamp -o jsonpath='{.items[-1:].status.podIP}')
+# the new leader has reconciled every gateway and peer once (its initial sync) and has nothing
+# queued: read from its metrics (plain HTTP on the pod's port 8080). Two replicas: the leader is
+# the pod the Lease names (its holder identity starts with the pod's name).
+leader_ip() {
+  local holder; holder=$(kubectl -n bnerd-vpn-system get lease bnerd-vpn-operator.vpn.bnerd.net -o jsonpath='{.spec.holderIdentity}' 2>/dev/null | cut -d_ -f1)
+  [ -n "$holder" ] && kubectl -n bnerd-vpn-system get pod "$holder" -o jsonpath='{.status.podIP}' 2>/dev/null
+}
 synced() {
+  opip=$(leader_ip) || return 1
   local m; m=$(curl -sf --max-time 2 "http://$opip:8080/metrics") || return 1
   local gws peers
   gws=$(echo "$m" | awk '/^controller_runtime_reconcile_total\{controller="vpngateway",result="success"\}/ {print $2}')
