@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,18 +19,31 @@ import (
 type options struct {
 	flags   *genericclioptions.ConfigFlags
 	streams genericiooptions.IOStreams
-	// newClient is replaceable in tests.
-	newClient func() (client.Client, error)
+	// newClient, newAgentAccess and now are replaceable in tests.
+	newClient      func() (client.Client, error)
+	newAgentAccess func() (agentAccess, error)
+	now            func() time.Time
 }
 
 func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	return newRoot(streams, nil)
+}
+
+// newRoot is the command with its options adjusted by configure (tests: a fixed clock, a
+// fake pod access).
+func newRoot(streams genericiooptions.IOStreams, configure func(*options)) *cobra.Command {
 	o := &options{flags: genericclioptions.NewConfigFlags(true), streams: streams}
-	o.newClient = o.client
+	o.newClient, o.newAgentAccess, o.now = o.client, o.agentAccess, time.Now
+	if configure != nil {
+		configure(o)
+	}
 	cmd := &cobra.Command{
 		Use:   "kubectl-vpn",
 		Short: "Work with bnerd-vpn-operator's VPN gateways and peers",
-		Long: `kubectl vpn: the client device's configuration for a VPNPeer (peer-config), and a
-parameter sheet turned into VPNGateway/VPNPeer/Secret manifests (import).`,
+		Long: `kubectl vpn: the client device's configuration for a VPNPeer (peer-config), a
+parameter sheet turned into VPNGateway/VPNPeer/Secret manifests (import), the gateways and
+their peers' tunnels at a glance (status), and a verdict per peer with the next step
+(diagnose).`,
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: false,
@@ -39,7 +53,7 @@ parameter sheet turned into VPNGateway/VPNPeer/Secret manifests (import).`,
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)
 	o.flags.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newPeerConfigCommand(o), newImportCommand(o))
+	cmd.AddCommand(newPeerConfigCommand(o), newImportCommand(o), newStatusCommand(o), newDiagnoseCommand(o))
 	return cmd
 }
 

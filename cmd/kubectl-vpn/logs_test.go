@@ -1,0 +1,221 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+)
+
+// tsLines prefixes each line with the API server's timestamp (timestamps=true), one second
+// apart from base.
+func tsLines(base time.Time, lines ...string) []byte {
+	var b strings.Builder
+	for i, l := range lines {
+		b.WriteString(base.Add(time.Duration(i) * time.Second).UTC().Format(time.RFC3339Nano))
+		b.WriteString(" ")
+		b.WriteString(l)
+		b.WriteString("\n")
+	}
+	return []byte(b.String())
+}
+
+const secretValue = "lab-hq-SuperSecret0123456789"
+
+// What charon and the agent may log around a key, at debug levels or by mistake: none of it
+// may reach diagnose's output.
+var secretLines = struct{ charon, agent []string }{
+	charon: []string{
+		`11[CFG] <hq|9> loaded IKE shared key with id 'hq-psk' for: 'hq.acme.example'`,
+		`11[LIB] <hq|9> psk = ` + secretValue,
+		`11[IKE] <hq|9> shared key => 0x` + "6c61622d68712d5375706572536563726574",
+		`11[CFG] <hq|9> received proposals: IKE:` + secretValue,
+		`11[CFG] <hq|9> secret: "` + secretValue + `"`,
+		`11[IKE] <9> ` + secretValue + ` is initiating an IKE_SA`,
+		secretValue,
+		`11[CFG] <hq|9> configured proposals: IKE:AES_CBC_256/HMAC_SHA2_256_128/PRF_HMAC_SHA2_256/MODP_2048 ` + secretValue,
+	},
+	agent: []string{
+		`{"level":"error","ts":"2025-01-01T12:00:00Z","msg":"applying configuration failed; keeping the last good one","error":"psk ` + secretValue + ` rejected","retryIn":"2s"}`,
+		`{"level":"error","ts":"2025-01-01T12:00:00Z","msg":"` + secretValue + ` leaked"}`,
+		`{"level":"info","ts":"2025-01-01T12:00:00Z","msg":"tunnel negotiation failed","connection":"hq","state":"AuthFailed","message":"secret ` + secretValue + `"}`,
+		`{"level":"error","ts":"2025-01-01T12:00:00Z","msg":"initiate failed","connection":"hq","state":"` + secretValue + ` x"}`,
+		`panic: ` + secretValue,
+	},
+}
+
+func TestLogFilterNeverPrintsSecrets(t *testing.T) {
+	base := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	charon, dropped := parseCharon(splitLog(tsLines(base, secretLines.charon...)))
+	var out strings.Builder
+	for _, e := range charon {
+		out.WriteString(e.String() + "\n")
+	}
+	if dropped != len(secretLines.charon) {
+		t.Errorf("charon: %d lines dropped, want all %d; kept %v", dropped, len(secretLines.charon), charon)
+	}
+	agent, _ := parseAgent(splitLog(tsLines(base, secretLines.agent...)))
+	for _, e := range agent {
+		out.WriteString(e.String() + "\n")
+	}
+	if len(agent) != 4 {
+		t.Errorf("agent: %d entries, want the 4 error/failure lines (shown without their free text)", len(agent))
+	}
+	if strings.Contains(out.String(), secretValue) || strings.Contains(out.String(), "SuperSecret") {
+		t.Fatalf("a secret got through the log filter:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "applying configuration failed; keeping the last good one retryIn=2s") {
+		t.Errorf("the known agent error is not shown:\n%s", out.String())
+	}
+
+	// and through the whole command: see TestDiagnoseWithAgent, which feeds these lines too
+}
+
+func TestParseCharon(t *testing.T) {
+	base := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	lines := splitLog(tsLines(base,
+		`09[NET] <7> received packet: from 198.51.100.26[500] to 192.0.2.1[500] (240 bytes)`,
+		`09[ENC] <7> parsed IKE_SA_INIT request 0 [ SA KE No N(NATD_S_IP) N(NATD_D_IP) N(FRAG_SUP) N(HASH_ALG) N(REDIR_SUP) ]`,
+		`09[IKE] <7> 198.51.100.26 is initiating an IKE_SA`,
+		`09[CFG] <7> received proposals: IKE:AES_CBC_128/HMAC_SHA1_96/PRF_HMAC_SHA1/MODP_1024`,
+		`09[CFG] <7> configured proposals: IKE:AES_GCM_16_256/PRF_HMAC_SHA2_256/ECP_256, IKE:AES_CBC_256/HMAC_SHA2_256_128/PRF_HMAC_SHA2_256/MODP_2048`,
+		`09[IKE] <7> received proposals unacceptable`,
+		`10[IKE] <mismatch|8> initiating IKE_SA mismatch[8] to 198.51.100.26`,
+		`11[IKE] <mismatch|8> received NO_PROPOSAL_CHOSEN notify error`,
+		`Jan  1 12:00:00 12[IKE] <hq_site|9> received AUTHENTICATION_FAILED notify error`,
+		`13[DMN] Starting IKE charon daemon (strongSwan 5.9.8, Linux 6.1.0, x86_64)`,
+	))
+	entries, dropped := parseCharon(lines)
+	if dropped != 2 {
+		t.Errorf("dropped %d, want 2 (the parsed-request and the daemon line)", dropped)
+	}
+	shapes := []string{}
+	for _, e := range entries {
+		shapes = append(shapes, e.Shape)
+	}
+	want := "packet-received remote-initiating proposals-received proposals-configured proposals-unacceptable initiating notify notify"
+	if strings.Join(shapes, " ") != want {
+		t.Errorf("shapes %v\nwant  %s", shapes, want)
+	}
+	if e := entries[7]; e.Conn != "hq_site" || e.SA != 9 || e.String() != "<hq_site|9> received AUTHENTICATION_FAILED notify error" {
+		t.Errorf("entry %+v %q", e, e.String())
+	}
+	sas := charonSAs(entries)
+	if sa := sas[7]; sa.remoteAddr != "198.51.100.26" || sa.packetsFromRemote != 1 || sa.conn != "" {
+		t.Errorf("SA 7: %+v", sa)
+	}
+	if got := peerSAs(sas, "mismatch", "198.51.100.26", "mismatch.acme.example"); len(got) != 2 {
+		t.Errorf("mismatch's SAs: %d, want 2 (by address while unnamed, by name)", len(got))
+	}
+	if got := peerSAs(sas, "hq", "198.51.100.26", "hq.acme.example"); len(got) != 1 {
+		t.Errorf("hq's SAs: %d, want 1 (the unnamed one at its address; not mismatch's named one)", len(got))
+	}
+	if got := peerSAs(sas, "hq.site", "203.0.113.1", "x"); len(got) != 1 || got[0] != sas[9] {
+		t.Errorf("hq.site's SAs: %v", got)
+	}
+}
+
+func TestProposals(t *testing.T) {
+	for _, tc := range []struct{ charon, want string }{
+		{"IKE:AES_CBC_128/HMAC_SHA1_96/PRF_HMAC_SHA1/MODP_1024", "aes128-sha1-modp1024"},
+		{"IKE:AES_GCM_16_256/PRF_HMAC_SHA2_256/ECP_256", "aes256gcm16-prfsha256-ecp256"},
+		{"IKE:AES_CBC_256/HMAC_SHA2_256_128/PRF_HMAC_SHA2_384/MODP_2048/ECP_256", "aes256-sha256-prfsha384-modp2048-ecp256"},
+		{"ESP:AES_GCM_16_256/NO_EXT_SEQ", "aes256gcm16"},
+		{"ESP:AES_CBC_128/HMAC_SHA2_256_128/MODP_2048/EXT_SEQ", "aes128-sha256-modp2048-esn"},
+		{"IKE:CHACHA20_POLY1305_256/PRF_HMAC_SHA2_512/CURVE_25519", "chacha20poly1305-prfsha512-curve25519"},
+		{"IKE:3DES_CBC/HMAC_MD5_96/PRF_HMAC_MD5/MODP_768, IKE:AES_CTR_128/AES_XCBC_96/PRF_AES128_XCBC/ECP_256_BP",
+			"3des-md5-modp768, aes128ctr-aesxcbc-ecp256bp"},
+		{"IKE:SOMETHING_NEW/PRF_HMAC_SHA2_256/ML_KEM_768", "somethingnew-prfsha256-mlkem768"},
+	} {
+		if got := proposalList(parseCharonProposals(tc.charon)); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.charon, got, tc.want)
+		}
+	}
+	gw := []swanProposal{parseKeywordProposal("IKE", "aes256gcm16-prfsha256-ecp256"), parseKeywordProposal("IKE", "aes256-sha2_256-modp2048")}
+	if got := proposalList(gw); got != "aes256gcm16-prfsha256-ecp256, aes256-sha256-modp2048" {
+		t.Errorf("keyword proposals: %s", got)
+	}
+	for _, tc := range []struct{ client, want string }{
+		{"IKE:AES_CBC_128/HMAC_SHA1_96/PRF_HMAC_SHA1/MODP_1024",
+			"no encryption algorithm in common (the client offers aes128); no integrity algorithm in common (the client offers sha1); no PRF in common (the client offers prfsha1); no DH group in common (the client offers modp1024)"},
+		{"IKE:AES_CBC_256/HMAC_SHA2_256_128/PRF_HMAC_SHA2_256/ECP_384", "no DH group in common (the client offers ecp384)"},
+		{"IKE:AES_CBC_256/HMAC_SHA2_256_128/PRF_HMAC_SHA2_256/ECP_256", "each algorithm is offered by both, but in no proposal combined as the gateway combines them"},
+	} {
+		if got := mismatch(parseCharonProposals(tc.client), gw); got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.client, got, tc.want)
+		}
+	}
+	if w := weakIn(parseCharonProposals("IKE:AES_CBC_128/HMAC_SHA1_96/PRF_HMAC_SHA1/MODP_1024")); strings.Join(w, ",") != "sha1,prfsha1,modp1024" {
+		t.Errorf("weak: %v", w)
+	}
+}
+
+func TestParseMetrics(t *testing.T) {
+	text := `# HELP bnerd_vpn_peer_up 1 when the peer's tunnel is established.
+# TYPE bnerd_vpn_peer_up gauge
+bnerd_vpn_peer_up{gateway="gw",namespace="acme",peer="hq"} 1
+bnerd_vpn_peer_up{gateway="gw",namespace="acme",peer="branch"} 0
+bnerd_vpn_peer_rekeys_total{gateway="gw",namespace="acme",peer="hq"} 3
+bnerd_vpn_peer_authorization_drops_total{direction="in",gateway="gw",namespace="acme",peer="hq"} 12
+bnerd_vpn_peer_authorization_drops_total{direction="out",gateway="gw",namespace="acme",peer="hq"} 1
+bnerd_vpn_peer_authorization_drops_total{direction="in",gateway="other",namespace="acme",peer="hq"} 99
+bnerd_vpn_peer_last_handshake_timestamp_seconds{gateway="gw",namespace="acme",peer="hq"} 1.7357328e+09
+bnerd_vpn_ruleset_repairs_total{gateway="gw",namespace="acme"} 2
+bnerd_vpn_config_rejected_total{gateway="gw",namespace="acme"} 0
+weird_label{a="x\"y\\z\n",b="{}"} +Inf 1700000000
+go_goroutines 42
+`
+	samples, err := parseMetrics([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(samples) != 11 || samples[9].labels["a"] != "x\"y\\z\n" || samples[9].labels["b"] != "{}" {
+		t.Fatalf("samples %v", samples)
+	}
+	m := agentView(samples, "acme", "gw")
+	hq := m.Peers["hq"]
+	if hq == nil || !hq.Up || hq.Rekeys != 3 || hq.DropsIn != 12 || hq.DropsOut != 1 || hq.LastHandshake != 1.7357328e+09 {
+		t.Errorf("hq %+v", hq)
+	}
+	if m.Peers["branch"] == nil || m.Peers["branch"].Up || *m.RulesetRepairs != 2 || *m.ConfigRejected != 0 {
+		t.Errorf("view %+v", m)
+	}
+	for _, bad := range []string{"x{a=\"1\" 1", "x 1 2 3", "x{a=1} 1", "x abc"} {
+		if _, err := parseMetrics([]byte(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// The agent's messages diagnose knows are still the agent's: each one is a string literal in
+// internal/agent or cmd/gateway-agent.
+func TestAgentMessagesExist(t *testing.T) {
+	var src strings.Builder
+	for _, dir := range []string{"internal/agent", "cmd/gateway-agent"} {
+		err := filepath.WalkDir(filepath.Join(testenv.RepoRoot(), dir), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			src.Write(b)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range agentMessages {
+		if !strings.Contains(src.String(), `"`+m+`"`) {
+			t.Errorf("the agent no longer logs %q", m)
+		}
+	}
+	// and the metric names status and diagnose read
+	for _, m := range []string{metricPeerUp, metricPeerRekeys, metricPeerDrops, metricPeerHandshake, metricRulesetRepairs, metricConfigRejected} {
+		if !strings.Contains(src.String(), `"`+m+`"`) {
+			t.Errorf("the agent no longer exports %s", m)
+		}
+	}
+}
