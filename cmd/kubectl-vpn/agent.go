@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,15 +35,28 @@ const requestTimeout = 5 * time.Second
 func (a apiAgentAccess) Metrics(ctx context.Context, namespace, pod string, port int32) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	return a.cs.CoreV1().Pods(namespace).ProxyGet("", pod, strconv.Itoa(int(port)), "metrics", nil).DoRaw(ctx)
+	return failure(a.cs.CoreV1().Pods(namespace).ProxyGet("", pod, strconv.Itoa(int(port)), "metrics", nil).DoRaw(ctx))
 }
 
 func (a apiAgentAccess) Logs(ctx context.Context, namespace, pod, container string, tail int64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	return a.cs.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{
+	return failure(a.cs.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{
 		Container: container, TailLines: &tail, Timestamps: true,
-	}).DoRaw(ctx)
+	}).DoRaw(ctx))
+}
+
+// failure is the API server's own message for a request it refused (a proxied or log
+// request's Status is left in the body by DoRaw).
+func failure(body []byte, err error) ([]byte, error) {
+	if err == nil {
+		return body, nil
+	}
+	var st metav1.Status
+	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" && st.Message != "" {
+		return nil, fmt.Errorf("%s (HTTP %d)", st.Message, st.Code)
+	}
+	return nil, err
 }
 
 func (o *options) agentAccess() (agentAccess, error) {

@@ -363,7 +363,7 @@ func printDiagnosis(w io.Writer, dg *diagnosis) {
 			fmt.Fprintf(w, "    %s  %s\n", age(now, en.Time), en)
 		}
 		if dropped > 0 {
-			fmt.Fprintf(w, "    (%d lines not in the agent's JSON form are not shown)\n", dropped)
+			fmt.Fprintf(w, "    (%s not in the agent's JSON form not shown)\n", plural(dropped, "line"))
 		}
 	} else if dg.data.pod != nil {
 		fmt.Fprintf(w, "  agent log: not readable: %s\n", dg.gateway.LogErr)
@@ -379,7 +379,7 @@ func printDiagnosis(w io.Writer, dg *diagnosis) {
 					unattributed = append(unattributed, en)
 				}
 			}
-			fmt.Fprintf(w, "  charon log: %d of the last %d lines in shapes diagnose reads (the others are not shown)\n", len(entries), len(entries)+dropped)
+			fmt.Fprintf(w, "  charon log: %d of the last %s in shapes diagnose reads (the others are not shown)\n", len(entries), plural(len(entries)+dropped, "line"))
 			for _, en := range lastN(unattributed, 10) {
 				fmt.Fprintf(w, "    %s  %s\n", age(now, en.Time), en)
 			}
@@ -489,6 +489,13 @@ func age(now, t time.Time) string {
 		return "-"
 	}
 	return duration.HumanDuration(now.Sub(t)) + " ago"
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 func optInt(v *int64) string {

@@ -193,7 +193,8 @@ func (d *gatewayData) loadAgent(ctx context.Context, c client.Client, a agentAcc
 
 // shortError is an error on one line, at most 200 characters.
 func shortError(err error) string {
-	s := strings.Join(strings.Fields(err.Error()), " ")
+	s := err.Error()
+	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > 200 {
 		s = s[:197] + "..."
 	}

@@ -291,7 +291,11 @@ func tunnelFindings(e *peerEvidence) []finding {
 	case connReason == "NoProposalChosen" || notifies["NO_PROPOSAL_CHOSEN"]:
 		s := fmt.Sprintf("the client accepts none of the gateway's proposals: the gateway proposes IKE %s, ESP %s",
 			strings.Join(e.IKEProposals, ", "), strings.Join(e.ESPProposals, ", "))
-		return []finding{{sevError, "NoProposalChosen", s, "configure the client to accept one of them: " + configure}}
+		next := "configure the client to accept one of them: " + configure
+		if e.Charon == nil {
+			next += " (charon's log, not read here, would show what the client proposes)"
+		}
+		return []finding{{sevError, "NoProposalChosen", s, next}}
 
 	case connReason == "AuthFailed" || macMismatch != nil || noKey != nil || noPeerConfig || notifies["AUTHENTICATION_FAILED"]:
 		secret := "the peer's Secret"
@@ -513,7 +517,7 @@ func gatewayFindings(e gatewayEvidence) []finding {
 		if len(errs) > 0 {
 			last := errs[len(errs)-1]
 			out = append(out, finding{sevInfo, "AgentErrors",
-				fmt.Sprintf("the agent logged %d errors in its last %d lines (last, %s ago: %s)", len(errs), e.AgentTail, duration.HumanDuration(e.Now.Sub(last.Time)), last),
+				fmt.Sprintf("the agent logged %s in its last %d lines (last, %s ago: %s)", plural(len(errs), "error"), e.AgentTail, duration.HumanDuration(e.Now.Sub(last.Time)), last),
 				fmt.Sprintf("kubectl -n %s logs %s -c %s", ns, e.Pod.Name, children.ContainerAgent)})
 		}
 	}

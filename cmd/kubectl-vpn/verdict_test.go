@@ -41,8 +41,8 @@ func testGateway(proto vpnv1.Protocol, conds ...metav1.Condition) *vpnv1.VPNGate
 func testPeer(proto vpnv1.Protocol, conds ...metav1.Condition) *vpnv1.VPNPeer {
 	p := &vpnv1.VPNPeer{
 		ObjectMeta: metav1.ObjectMeta{Name: "hq", Namespace: "acme"},
-		Spec: vpnv1.VPNPeerSpec{GatewayRef: "acme-gw", Authorization: &vpnv1.Authorization{Exposures: []string{"web"}}},
-		Status: vpnv1.VPNPeerStatus{Conditions: conds},
+		Spec:       vpnv1.VPNPeerSpec{GatewayRef: "acme-gw", Authorization: &vpnv1.Authorization{Exposures: []string{"web"}}},
+		Status:     vpnv1.VPNPeerStatus{Conditions: conds},
 	}
 	if proto == vpnv1.ProtocolIPsec {
 		p.Spec.IPsec = &vpnv1.IPsecPeer{Peer: vpnv1.IPsecRemote{Address: "198.51.100.10", ID: "hq.acme.example"},
@@ -67,7 +67,9 @@ var (
 	charonAtStart = []string{`00[DMN] Starting IKE charon daemon (strongSwan 5.9.8, Linux 6.1.0, x86_64)`}
 )
 
-func charonLog(lines ...string) []logLine { return splitLog(tsLines(verdictNow.Add(-time.Minute), lines...)) }
+func charonLog(lines ...string) []logLine {
+	return splitLog(tsLines(verdictNow.Add(-time.Minute), lines...))
+}
 
 func TestPeerVerdicts(t *testing.T) {
 	ipsec, wg := vpnv1.ProtocolIPsec, vpnv1.ProtocolWireGuard
@@ -343,7 +345,7 @@ func TestGatewayVerdicts(t *testing.T) {
 				"refused 1 configurations since it started; the last good one stays applied (last, 5m ago: ConfigMap carries ruleset.nft besides model.json)",
 				"ConfigMap acme-gw-gateway-config must carry model.json alone"}},
 		{name: "nothing readable from the pod",
-			e: gatewayEvidence{Gateway: testGateway(vpnv1.ProtocolIPsec, ready...), Pod: running, MetricsErr: "not reachable: 503", LogErr: "forbidden"},
+			e:      gatewayEvidence{Gateway: testGateway(vpnv1.ProtocolIPsec, ready...), Pod: running, MetricsErr: "not reachable: 503", LogErr: "forbidden"},
 			causes: []string{"Ready", "MetricsUnreadable", "LogsUnreadable"}, contains: []string{"pods/proxy", "pods/log"}},
 		{name: "crash looping",
 			e: gatewayEvidence{Gateway: testGateway(vpnv1.ProtocolIPsec, ready...), Pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "acme-gw-gateway-1"},
