@@ -2,8 +2,7 @@
 # Prints the path of libreswan's addconn (`ipsec addconn --checkconfig`: libreswan's own parser of
 # ipsec.conf), taken out of Debian's libreswan package into bin/tools/ without installing the
 # package: it conflicts with strongSwan's charon, which the tests run. Its shared libraries are
-# installed as ordinary packages (none of them conflicts). Cached; one apt-get download on a
-# fresh machine.
+# installed as ordinary packages (none of them conflicts).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/bin/tools/libreswan/addconn"
@@ -15,15 +14,4 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
-if [ ! -x "$out" ]; then
-  w=$(mktemp -d)
-  trap 'rm -rf "$w"' EXIT
-  (cd "$w" && apt-get download libreswan >/dev/null 2>&1) || {
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-    (cd "$w" && apt-get download libreswan >&2)
-  }
-  dpkg-deb -x "$w"/libreswan_*.deb "$w/x"
-  mkdir -p "$(dirname "$out")"
-  cp "$w/x/usr/libexec/ipsec/addconn" "$out.tmp" && mv "$out.tmp" "$out"
-fi
-echo "$out"
+exec "$root/hack/deb-binary.sh" libreswan usr/libexec/ipsec/addconn "$out"

@@ -746,8 +746,11 @@ type labSite struct {
 	ext    netip.Addr        // its public address
 	subnet netip.Prefix      // behind its device
 	addr   netip.Addr        // a host in subnet, the traffic's source
-	key    wgtypes.Key       // WireGuard
-	psk    string            // IPsec
+	// claims are more local networks its IPsec device proposes than its VPNPeer has (a
+	// hostile site claiming another's LAN).
+	claims []netip.Prefix
+	key    wgtypes.Key // WireGuard
+	psk    string      // IPsec
 	wg     *wgtest.Node
 	charon *charontest.Charon
 }
@@ -983,7 +986,7 @@ func labSwanctlConf(s *labSite, serviceCIDR netip.Prefix) string {
              id = ` + labGatewayAddr.String() + ` }
     children {
       net {
-        local_ts = ` + s.subnet.String() + `
+        local_ts = ` + strings.Join(append([]string{s.subnet.String()}, prefixStrings(s.claims)...), ", ") + `
         remote_ts = ` + serviceCIDR.String() + `
         esp_proposals = aes256gcm16-ecp256
         start_action = start
@@ -1000,6 +1003,14 @@ secrets {
   }
 }
 `
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
 }
 
 // createPeer creates the site's VPNPeer granted the exposures (and, for IPsec, its PSK

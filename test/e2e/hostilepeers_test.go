@@ -15,9 +15,7 @@ import (
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
 	"golang.zx2c4.com/wireguard/wgctrl"
 )
 
@@ -55,7 +53,8 @@ func TestOverlappingDarkPeerReachesNothing(t *testing.T) {
 			// The intruder's device claims the overlap as well and has an address in it.
 			intruder.ns.MustRun("ip", "addr", "add", overlapAddr.String()+"/32", "dev", "lo")
 			l.configureDevice(hq)
-			configureIntruderDevice(t, l, intruder)
+			intruder.claims = []netip.Prefix{overlapSubnet} // its device proposes the overlap too
+			l.configureDevice(intruder)
 			agent := l.startAgent()
 			l.waitAgentReady(agent, 30*time.Second)
 
@@ -239,31 +238,6 @@ func createIntruderPeer(t *testing.T, l *lab, s *labSite, subnets []string) {
 	}
 	if err := env.Client.Create(ctx, peer); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// configureIntruderDevice configures the intruder's device to claim the overlap too: IPsec
-// proposes it as a traffic selector; WireGuard sends from it (its allowed IPs toward the
-// gateway are the service CIDR, so any source goes into the tunnel).
-func configureIntruderDevice(t *testing.T, l *lab, s *labSite) {
-	t.Helper()
-	if l.proto == vpnv1.ProtocolIPsec {
-		s.charon = charontest.Start(t, s.cns, s.name, charontest.Config{})
-		conf := strings.Replace(labSwanctlConf(s, l.serviceCIDR), "local_ts = "+s.subnet.String(),
-			"local_ts = "+s.subnet.String()+", "+overlapSubnet.String(), 1)
-		if err := s.charon.LoadSwanctlConf(conf); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	s.wg = wgtest.Start(t, s.ns, wgtest.Options{InterfaceName: wgtest.UniqueInterfaceName(s.name), Mode: "userspace"})
-	ref := model.SecretKeyRef{Name: "site", Key: "privateKey"}
-	if err := s.wg.Apply(&rwg.Config{
-		Interface: rwg.Interface{ListenPort: 51821, Address: netip.PrefixFrom(s.addr, s.subnet.Bits()), MTU: 1420, PrivateKey: ref},
-		Peers: []rwg.Peer{{Name: "gateway", PublicKey: l.gwKey.PublicKey().String(), AllowedIPs: []netip.Prefix{l.serviceCIDR},
-			Endpoint: netip.AddrPortFrom(labGatewayAddr, 51820).String(), PersistentKeepalive: 1}},
-	}, wgtest.Secrets{ref: []byte(s.key.String())}); err != nil {
-		t.Fatalf("intruder device: %v\n%s", err, s.wg.Log())
 	}
 }
 
