@@ -152,27 +152,7 @@ func renderCases() []renderCase {
 		},
 		{
 			name: "wireguard",
-			gw: func() *model.Gateway {
-				return &model.Gateway{
-					Namespace:    "tenant-b",
-					Name:         "roadwarriors",
-					Protocol:     model.ProtocolWireGuard,
-					Mode:         model.ModeSNAT,
-					Endpoint:     model.Endpoint{Kind: model.EndpointLoadBalancer},
-					ServiceCIDR:  pfx("100.64.9.0/24"),
-					LocalAddress: addr("100.64.9.1"),
-					WireGuard:    &model.WireGuardGateway{ListenPort: 51820, MTU: 1380},
-					Exposures: []model.Exposure{
-						{Name: "git", VirtualIP: addr("100.64.9.2"), Target: addr("192.0.2.40"), Ports: []model.Port{tcp(22, 2222), tcp(443, 443)}, GrantedTo: []string{"laptop"}},
-					},
-					Peers: []model.Peer{
-						{Name: "laptop", Authorization: allowed(model.ReasonAuthorized), Exposures: []string{"git"},
-							SourceCIDRs: []netip.Prefix{pfx("203.0.113.7/32")}, WireGuard: &model.WireGuardPeer{PublicKey: "x"}},
-						{Name: "phone", Authorization: dark(model.ReasonNoGrants),
-							SourceCIDRs: []netip.Prefix{pfx("203.0.113.8/32")}, WireGuard: &model.WireGuardPeer{PublicKey: "y"}},
-					},
-				}
-			},
+			gw:   wireguardGateway,
 			opts: func(g *model.Gateway) Options { return DefaultOptions(g, false) },
 		},
 		{
@@ -215,6 +195,55 @@ func renderCases() []renderCase {
 				return g
 			},
 			opts: libipsec,
+		},
+		{
+			// The same in kernel-ESP mode: the tunnel is its IPsec policy.
+			name: "host-network-kernel-esp",
+			gw: func() *model.Gateway {
+				g := ipsecGateway("edge", []model.Peer{
+					ipsecPeer("hq", allowed(model.ReasonDefaultAllow), []string{"web"}, "203.0.113.0/24"),
+				}, []model.Exposure{
+					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("192.0.2.10"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"hq"}},
+				})
+				g.Endpoint = model.Endpoint{Kind: model.EndpointHostNetwork, NodeName: "node-1", HostAddress: addr("198.51.100.1")}
+				g.InternalSourceCIDRs = []netip.Prefix{pfx("10.244.0.0/16")}
+				g.ReverseExposures = []model.ReverseExposure{{Name: "ldap", Grantee: "hq", VirtualIP: addr("100.64.7.20"), Target: addr("203.0.113.5"),
+					Ports: []model.Port{{Protocol: "tcp", Port: 389, TargetPort: 389, GatewayPort: 20000}}}}
+				return g
+			},
+			opts: kernelESP,
+		},
+		{
+			// A host-network WireGuard gateway: its device has the gateway's own name.
+			name: "host-network-wireguard",
+			gw: func() *model.Gateway {
+				g := wireguardGateway()
+				g.Endpoint = model.Endpoint{Kind: model.EndpointHostNetwork, NodeName: "node-1", HostAddress: addr("198.51.100.1")}
+				return g
+			},
+			opts: kernelESP,
+		},
+	}
+}
+
+func wireguardGateway() *model.Gateway {
+	return &model.Gateway{
+		Namespace:    "tenant-b",
+		Name:         "roadwarriors",
+		Protocol:     model.ProtocolWireGuard,
+		Mode:         model.ModeSNAT,
+		Endpoint:     model.Endpoint{Kind: model.EndpointLoadBalancer},
+		ServiceCIDR:  pfx("100.64.9.0/24"),
+		LocalAddress: addr("100.64.9.1"),
+		WireGuard:    &model.WireGuardGateway{ListenPort: 51820, MTU: 1380},
+		Exposures: []model.Exposure{
+			{Name: "git", VirtualIP: addr("100.64.9.2"), Target: addr("192.0.2.40"), Ports: []model.Port{tcp(22, 2222), tcp(443, 443)}, GrantedTo: []string{"laptop"}},
+		},
+		Peers: []model.Peer{
+			{Name: "laptop", Authorization: allowed(model.ReasonAuthorized), Exposures: []string{"git"},
+				SourceCIDRs: []netip.Prefix{pfx("203.0.113.7/32")}, WireGuard: &model.WireGuardPeer{PublicKey: "x"}},
+			{Name: "phone", Authorization: dark(model.ReasonNoGrants),
+				SourceCIDRs: []netip.Prefix{pfx("203.0.113.8/32")}, WireGuard: &model.WireGuardPeer{PublicKey: "y"}},
 		},
 	}
 }

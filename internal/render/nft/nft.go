@@ -20,6 +20,12 @@
 //     the maps peer_in (source from the tunnel) and peer_out (destination in a peer's subnets),
 //     else drop_unknown_in / drop_other. input and output drop new traffic from and into the
 //     tunnel the same way.
+//   - host network (the gateway shares the node's namespace): the forward chain's policy is
+//     accept and every clamp and drop matches the tunnel — from it (iifname/meta ipsec exists)
+//     or into it (oifname/rt ipsec exists) — so the node's other flows, a pod's toward an
+//     address inside a peer's subnet included, never meet a rule of the gateway. The forward
+//     DNAT matches the tunnel too; the reverse DNAT only the gateway's own ports on a local
+//     address from internal_sources.
 //
 // Reverse rules exist only when the gateway has internalSourceCIDRs and a reverse exposure with
 // a grantee. Where peers' subnets overlap, each address counts for one peer: an authorized one
@@ -32,6 +38,8 @@
 package nft
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -59,7 +67,8 @@ const (
 const (
 	// LibipsecInterface is the TUN device of strongSwan's kernel-libipsec plugin (userspace ESP).
 	LibipsecInterface = "ipsec0"
-	// WireGuardInterface is the gateway's WireGuard device (kernel or wireguard-go).
+	// WireGuardInterface is the gateway's WireGuard device (kernel or wireguard-go) in its pod's
+	// own network namespace; on the host network see WireGuardDevice.
 	WireGuardInterface = "wg0"
 	// DefaultClusterInterface is the pod's cluster-facing interface.
 	DefaultClusterInterface = "eth0"
@@ -69,8 +78,8 @@ const (
 
 // Options are what the model does not know: the pod's interfaces and the tunnel MTU.
 type Options struct {
-	// TunnelInterface is where decrypted tunnel traffic enters and leaves the pod: "wg0" for
-	// WireGuard, "ipsec0" for strongSwan with kernel-libipsec. Empty on an IPsec gateway means
+	// TunnelInterface is where decrypted tunnel traffic enters and leaves the pod: the
+	// WireGuardDevice for WireGuard, "ipsec0" for strongSwan with kernel-libipsec. Empty on an IPsec gateway means
 	// kernel ESP, which has no interface: tunnel traffic is then recognised by its IPsec policy
 	// (meta ipsec exists inbound, rt ipsec exists outbound). Required for WireGuard.
 	TunnelInterface string
@@ -88,13 +97,13 @@ type Options struct {
 }
 
 // DefaultOptions are the options for a gateway pod as the operator runs it: "eth0" toward the
-// cluster; "wg0" with the gateway's MTU for WireGuard; for IPsec "ipsec0" when the dataplane is
+// cluster; WireGuardDevice (wg0 in a pod network) with the gateway's MTU for WireGuard; for IPsec "ipsec0" when the dataplane is
 // userspace (kernel-libipsec), else kernel ESP, with DefaultIPsecMTU.
 func DefaultOptions(g *model.Gateway, userspaceDataplane bool) Options {
 	o := Options{ClusterInterface: DefaultClusterInterface, TunnelMTU: DefaultIPsecMTU}
 	switch {
 	case g != nil && g.Protocol == model.ProtocolWireGuard:
-		o.TunnelInterface = WireGuardInterface
+		o.TunnelInterface = WireGuardDevice(g)
 		if g.WireGuard != nil && g.WireGuard.MTU > 0 {
 			o.TunnelMTU = int(g.WireGuard.MTU)
 		}
@@ -102,6 +111,26 @@ func DefaultOptions(g *model.Gateway, userspaceDataplane bool) Options {
 		o.TunnelInterface = LibipsecInterface
 	}
 	return o
+}
+
+// WireGuardDevice is the name of the gateway's WireGuard device, which the agent creates and
+// the ruleset matches: WireGuardInterface ("wg0") in the gateway pod's own network namespace.
+// On the host network the namespace is the node's, where a wg0 (or another gateway's device)
+// may belong to someone else: there it is "wg", up to 6 characters [a-z0-9] of the gateway's
+// name, "-" and the first 6 hex digits of the SHA-256 of namespace/name — at most 15
+// characters, the same for the same gateway on every render.
+func WireGuardDevice(g *model.Gateway) string {
+	if g == nil || g.Endpoint.Kind != model.EndpointHostNetwork {
+		return WireGuardInterface
+	}
+	var short []byte
+	for i := 0; i < len(g.Name) && len(short) < 6; i++ {
+		if c := g.Name[i]; c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+			short = append(short, c)
+		}
+	}
+	sum := sha256.Sum256([]byte(g.Namespace + "/" + g.Name))
+	return "wg" + string(short) + "-" + hex.EncodeToString(sum[:3])
 }
 
 // ifname is a Linux interface name safe to quote in the ruleset.
@@ -165,7 +194,7 @@ type plan struct {
 	mss       int    // 0: rt mtu
 	// sharedNetns: the gateway runs in the node's network namespace (host network), so the
 	// forward chain must leave the node's other traffic alone: it only clamps and drops what
-	// comes from the tunnel or goes toward a peer, and accepts everything else.
+	// comes from the tunnel or goes into it, and accepts everything else.
 	sharedNetns  bool
 	peerCounters []Counters
 	counterStart map[string]CounterValue
@@ -528,8 +557,13 @@ func (p *plan) write() string {
 	}
 	w("\t\t%s counter name ip saddr map @peer_in drop\n", p.tunnelIn)
 	w("\t\t%s counter name %q drop\n", p.tunnelIn, CounterUnknownIn)
-	w("\t\tcounter name ip daddr map @peer_out drop\n")
-	if !p.sharedNetns {
+	if p.sharedNetns {
+		// On a node only what enters the tunnel is the gateway's: a new flow into it that no
+		// exposure accepted is dropped; the node's other flows toward a peer-like range are not.
+		w("\t\t%s counter name ip daddr map @peer_out drop\n", p.tunnelOut)
+		w("\t\t%s counter name %q drop\n", p.tunnelOut, CounterOther)
+	} else {
+		w("\t\tcounter name ip daddr map @peer_out drop\n")
 		w("\t\tcounter name %q drop\n", CounterOther)
 	}
 	w("\t}\n\n")

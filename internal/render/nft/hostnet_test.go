@@ -1,0 +1,87 @@
+package nft
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+)
+
+// On the host network the ruleset lives in the node's namespace: every drop, MSS clamp and
+// forward DNAT must match tunnel traffic (from or into the gateway's own device, or its IPsec
+// policy in kernel-ESP mode), so the node's other flows never meet them.
+func TestHostNetworkRulesMatchTheTunnelOnly(t *testing.T) {
+	for _, tc := range renderCases() {
+		g := tc.gw()
+		if g.Endpoint.Kind != model.EndpointHostNetwork {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.opts(g)
+			in, out := "meta ipsec exists", "rt ipsec exists"
+			if o.TunnelInterface != "" {
+				in, out = `iifname "`+o.TunnelInterface+`"`, `oifname "`+o.TunnelInterface+`"`
+			}
+			rules := 0
+			for _, line := range strings.Split(mustRender(t, g, o), "\n") {
+				line = strings.TrimSpace(line)
+				if strings.HasPrefix(line, "#") || strings.HasPrefix(line, "type ") {
+					continue
+				}
+				if !strings.HasSuffix(line, " drop") && !strings.Contains(line, "maxseg size set") && !strings.Contains(line, " dnat ip to ") {
+					continue
+				}
+				rules++
+				switch {
+				case strings.HasPrefix(line, in+" "), strings.HasPrefix(line, out+" "):
+				case strings.Contains(line, "fib daddr type local") && strings.Contains(line, "@rev_dnat"):
+					// The reverse DNAT: the gateway's own ports on a local address, from the
+					// internal sources; its flows go into the tunnel.
+				default:
+					t.Errorf("rule not tied to the tunnel: %s", line)
+				}
+			}
+			if rules < 8 {
+				t.Errorf("only %d drop/clamp/DNAT rules seen", rules)
+			}
+			if !strings.Contains(mustRender(t, g, o), "hook forward priority filter; policy accept;") {
+				t.Error("the forward chain's policy is not accept on the host network")
+			}
+		})
+	}
+}
+
+func TestWireGuardDevice(t *testing.T) {
+	hostGW := func(ns, name string) *model.Gateway {
+		return &model.Gateway{Namespace: ns, Name: name, Protocol: model.ProtocolWireGuard,
+			Endpoint: model.Endpoint{Kind: model.EndpointHostNetwork}}
+	}
+	if got := WireGuardDevice(&model.Gateway{Name: "gw", Endpoint: model.Endpoint{Kind: model.EndpointLoadBalancer}}); got != "wg0" {
+		t.Errorf("pod network: %q, want wg0", got)
+	}
+	a := WireGuardDevice(hostGW("tenant-a", "edge"))
+	if a != WireGuardDevice(hostGW("tenant-a", "edge")) {
+		t.Error("not deterministic")
+	}
+	if !strings.HasPrefix(a, "wgedge-") || len(a) != len("wgedge-")+6 {
+		t.Errorf("host network: %q, want wgedge-<6 hex>", a)
+	}
+	seen := map[string]string{}
+	for _, g := range []*model.Gateway{
+		hostGW("tenant-a", "edge"), hostGW("tenant-b", "edge"), hostGW("tenant-a", "edge2"),
+		hostGW("a-very-long-namespace-name-of-sixty-three-characters-xxxxxxxxxx", "a.very-long.gateway-name-that-goes-on-and-on"),
+		hostGW("x", "---"), hostGW("x", "0"),
+	} {
+		n := WireGuardDevice(g)
+		if !ifname.MatchString(n) || len(n) > 15 || n == "wg0" {
+			t.Errorf("%s/%s: %q is not a usable interface name", g.Namespace, g.Name, n)
+		}
+		if other, dup := seen[n]; dup {
+			t.Errorf("%s/%s and %s share %q", g.Namespace, g.Name, other, n)
+		}
+		seen[n] = g.Namespace + "/" + g.Name
+		if o := DefaultOptions(g, false); o.TunnelInterface != n {
+			t.Errorf("DefaultOptions names %q, not the device %q", o.TunnelInterface, n)
+		}
+	}
+}
