@@ -144,8 +144,11 @@ func collect(ctx context.Context, o *options, c client.Client, data *gatewayData
 			}
 		}
 	} else {
-		ge.LogErr = data.noPod
-		dg.charonErr = data.noPod
+		why := data.noPod
+		if data.pod != nil {
+			why = "no access to the API server for the pod's logs"
+		}
+		ge.LogErr, dg.charonErr = why, why
 		dg.charonNA = gw.Spec.Protocol != vpnv1.ProtocolIPsec
 	}
 	dg.gateway = ge

@@ -55,8 +55,9 @@ type charonEntry struct {
 	Message string
 }
 
-// charon's log line: [time] NN[GRP] [<conn|id> or <id>] message (filelog with ike_name = yes).
-var charonPrefix = regexp.MustCompile(`^(?:.*?\s)?\d{2}\[([A-Z]{2,4})\] (?:<(?:([A-Za-z0-9_.-]{1,253})\|)?(\d{1,10})> )?(.*)$`)
+// charon's log line: [time] NN[GRP] [<conn|id> or <id>] message (filelog with ike_name = yes;
+// the group may carry its level, log_level = yes: 12[IKE1]).
+var charonPrefix = regexp.MustCompile(`^(?:.*?\s)?\d{2}\[([A-Z]{2,4})[0-4]?\] (?:<(?:([A-Za-z0-9_.-]{1,253})\|)?(\d{1,10})> )?(.*)$`)
 
 const (
 	reAddr      = `([0-9A-Fa-f.:]{2,45}|%any)`
@@ -77,7 +78,7 @@ var charonShapes = []struct {
 	{"proposals-received", regexp.MustCompile(`^received proposals: (` + reProposal + `(?:, ` + reProposal + `)*)$`), true},
 	{"proposals-configured", regexp.MustCompile(`^configured proposals: (` + reProposal + `(?:, ` + reProposal + `)*)$`), true},
 	{"proposals-unacceptable", regexp.MustCompile(`^received proposals unacceptable$`), true},
-	{"no-proposal", regexp.MustCompile(`^no acceptable proposal found$`), true},
+	{"no-proposal", regexp.MustCompile(`^no (?:acceptable )?proposal found$`), true},
 	{"proposal-selected", regexp.MustCompile(`^selected proposal: (` + reProposal + `)$`), false},
 	{"no-ts", regexp.MustCompile(`^no acceptable traffic selectors found$`), true},
 	{"ts-unacceptable", regexp.MustCompile(`^traffic selectors ` + reTS + ` === ` + reTS + ` unacceptable$`), true},

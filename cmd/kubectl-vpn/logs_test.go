@@ -87,6 +87,7 @@ func TestParseCharon(t *testing.T) {
 		`11[IKE] <mismatch|8> received NO_PROPOSAL_CHOSEN notify error`,
 		`Jan  1 12:00:00 12[IKE] <hq_site|9> received AUTHENTICATION_FAILED notify error`,
 		`13[DMN] Starting IKE charon daemon (strongSwan 5.9.8, Linux 6.1.0, x86_64)`,
+		`May 13 11:50:03 intra charon: 12[CFG1] <C1|3> no proposal found`,
 	))
 	entries, dropped := parseCharon(lines)
 	if dropped != 2 {
@@ -96,7 +97,7 @@ func TestParseCharon(t *testing.T) {
 	for _, e := range entries {
 		shapes = append(shapes, e.Shape)
 	}
-	want := "packet-received remote-initiating proposals-received proposals-configured proposals-unacceptable initiating notify notify"
+	want := "packet-received remote-initiating proposals-received proposals-configured proposals-unacceptable initiating notify notify no-proposal"
 	if strings.Join(shapes, " ") != want {
 		t.Errorf("shapes %v\nwant  %s", shapes, want)
 	}
