@@ -57,10 +57,13 @@ func (l *lazyDriver) get(ctx context.Context, m *model.Gateway) (agent.Driver, e
 	case model.ProtocolIPsec:
 		l.d, err = newIPsecDriver(ctx, l.opts, l.log.WithName("strongswan"))
 	case model.ProtocolWireGuard:
-		// The device carries the name the rendered ruleset matches.
+		// The device carries the name the rendered ruleset matches (nft.WireGuardDevice: wg0
+		// in the pod's own namespace, a per-gateway name on the host network), and is adopted
+		// only when this gateway's agent created it.
 		// In the node's network namespace (host network) nothing ends the device with the pod:
 		// the agent removes it when it stops (see agent.Engine.TearDown).
-		l.d, err = wireguard.New(ctx, wireguard.Options{InterfaceName: nft.WireGuardInterface, Mode: wireguard.Mode(l.opts.wireguardMode),
+		l.d, err = wireguard.New(ctx, wireguard.Options{InterfaceName: nft.WireGuardDevice(m), Owner: m.Namespace + "/" + m.Name,
+			Mode:   wireguard.Mode(l.opts.wireguardMode),
 			Logger: l.log.WithName("wireguard"), DeleteOnClose: m.Endpoint.Kind == model.EndpointHostNetwork,
 			StateFile: l.opts.wireguardState})
 	default:

@@ -30,7 +30,7 @@ func (e *Engine) TearDown(ctx context.Context, wait time.Duration) error {
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		gone, err := tunnelsGone(b.Model.Protocol)
+		gone, err := tunnelsGone(b.Model)
 		if err != nil {
 			return err
 		}
@@ -54,10 +54,11 @@ func (e *Engine) TearDown(ctx context.Context, wait time.Duration) error {
 	return err
 }
 
-// tunnelsGone reports whether no tunnel of the protocol is left in this network namespace:
-// no tunnel interface (wg0; ipsec0 of kernel-libipsec) and, for IPsec, no kernel SA.
-func tunnelsGone(p model.Protocol) (bool, error) {
-	iface := nft.WireGuardInterface
+// tunnelsGone reports whether no tunnel of the gateway is left in this network namespace: no
+// tunnel interface (its WireGuard device; ipsec0 of kernel-libipsec) and, for IPsec, no kernel SA.
+func tunnelsGone(g *model.Gateway) (bool, error) {
+	p := g.Protocol
+	iface := nft.WireGuardDevice(g)
 	if p == model.ProtocolIPsec {
 		iface = nft.LibipsecInterface
 	}

@@ -25,21 +25,43 @@ type userspaceDevice struct {
 	sock string
 }
 
-// openDevice makes d.name a WireGuard device: an existing kernel link is adopted; otherwise,
-// depending on the mode, a kernel link is created or the userspace device started.
+// AliasPrefix starts the alias (ip link show: "alias ...") of every kernel device the driver
+// creates; the rest is Options.Owner. It is how a restarted agent knows a device as its own.
+const AliasPrefix = "bnerd-vpn-gateway:"
+
+// ownerAlias is the alias of the devices the driver creates for owner.
+func ownerAlias(owner string) string { return AliasPrefix + owner }
+
+// adoptable says whether an existing link of that name may be adopted: only a kernel WireGuard
+// device that a driver created for the same owner (its alias) — a previous agent of the same
+// gateway — and never anything else: someone else's device, a TUN, a WireGuard device of another
+// program or another gateway is refused, with an error saying so, and left alone.
+func adoptable(name, linkType, alias, owner string, mode Mode) error {
+	switch {
+	case linkType != "wireguard":
+		return fmt.Errorf("interface %s already exists and is not a WireGuard device (type %s): it is not this gateway's, refusing to use it", name, linkType)
+	case alias != ownerAlias(owner):
+		return fmt.Errorf("interface %s already exists and was not created for this gateway (alias %q, want %q): refusing to adopt someone else's device", name, alias, ownerAlias(owner))
+	case mode == ModeUserspace:
+		return fmt.Errorf("interface %s exists as a kernel WireGuard device, but userspace mode was requested", name)
+	}
+	return nil
+}
+
+// openDevice makes d.name a WireGuard device: a kernel link this gateway's driver created
+// earlier is adopted (see adoptable); otherwise, depending on the mode, a kernel link is
+// created (with the owner's alias) or the userspace device started.
 func (d *Driver) openDevice() error {
 	link, err := netlink.LinkByName(d.name)
 	var notFound netlink.LinkNotFoundError
 	switch {
-	case err == nil && link.Type() == "wireguard":
-		if d.opts.Mode == ModeUserspace {
-			return fmt.Errorf("interface %s exists as a kernel WireGuard device, but userspace mode was requested", d.name)
+	case err == nil:
+		if err := adoptable(d.name, link.Type(), link.Attrs().Alias, d.opts.Owner, d.opts.Mode); err != nil {
+			return err
 		}
 		d.mode = ModeKernel
-		d.log.Info("adopting existing kernel WireGuard device")
+		d.log.Info("adopting the kernel WireGuard device a previous agent of this gateway created")
 		return nil
-	case err == nil:
-		return fmt.Errorf("interface %s already exists and is not a WireGuard device (type %s)", d.name, link.Type())
 	case !errors.As(err, &notFound):
 		return fmt.Errorf("looking up interface %s: %w", d.name, err)
 	}
@@ -51,6 +73,15 @@ func (d *Driver) openDevice() error {
 		if kerr == nil {
 			d.mode = ModeKernel
 			d.created = true
+			if link, err := netlink.LinkByName(d.name); err != nil {
+				kerr = err
+			} else {
+				kerr = netlink.LinkSetAlias(link, ownerAlias(d.opts.Owner))
+			}
+			if kerr != nil {
+				_ = d.teardown()
+				return fmt.Errorf("marking the new device %s as this gateway's: %w", d.name, kerr)
+			}
 			d.log.Info("created kernel WireGuard device")
 			return nil
 		}

@@ -87,6 +87,10 @@ type Options struct {
 	InterfaceName string
 	// Mode; ModeAuto when empty.
 	Mode Mode
+	// Owner names who the device is for (the gateway's namespace/name). A kernel device the
+	// driver creates carries it in its alias (AliasPrefix+Owner); an existing device of the
+	// name is adopted only when its alias is exactly that — never someone else's device.
+	Owner string
 	// Logger receives the driver's messages and, at V(1), the userspace device's log (keys
 	// redacted). The zero value discards.
 	Logger logr.Logger
@@ -125,6 +129,9 @@ type Driver struct {
 	establishedAt map[wgtypes.Key]time.Time
 	// last is the state the latest Apply or poll saw, which the poll compares with.
 	last snapshot
+	// conflicts are the wanted prefixes another route held at the last Apply (logged when
+	// they change).
+	conflicts map[netip.Prefix]string
 	// mem is the endpoint memory (nil without Options.StateFile); configured is set once an
 	// Apply configured the device, from when on the device's peers are recorded in it.
 	mem        *endpointMemory
@@ -147,11 +154,13 @@ type desiredPeer struct {
 	initiates bool   // endpoint or keepalive configured: the gateway sends handshakes itself
 	missing   string // why the peer is left out (missing or invalid Secret); "" when configured
 	note      string // a non-fatal remark (e.g. endpoint not resolved)
+	routes    string // its subnets the driver does not route: another route holds them
 }
 
-// New opens (or creates) the device and starts the status poll. In ModeAuto an existing kernel
-// WireGuard link of that name is adopted; otherwise the driver tries to create one and falls
-// back to the userspace device when the kernel cannot.
+// New opens (or creates) the device and starts the status poll. An existing kernel WireGuard
+// link of that name is adopted only when a driver created it for the same Options.Owner (a
+// previous agent of the same gateway), anything else of that name is refused; otherwise the
+// driver tries to create one and falls back to the userspace device when the kernel cannot.
 func New(ctx context.Context, opts Options) (*Driver, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -445,7 +454,13 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 	for _, w := range wants {
 		routes = append(routes, w.nets...)
 	}
-	if err := d.convergeLink(cfg.Interface, routes); err != nil {
+	conflicts, err := d.convergeLink(cfg.Interface, routes)
+	for i := range d.desired {
+		if w, ok := wants[d.desired[i].key]; ok && d.desired[i].missing == "" {
+			d.desired[i].routes = conflictNote(conflicts, w.nets)
+		}
+	}
+	if err != nil {
 		return err
 	}
 	d.configured = true

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -13,23 +14,24 @@ import (
 )
 
 // convergeLink sets the MTU and the one address of the device, brings it up, and makes the
-// driver's routes through the device exactly routes (other routes on the device, such as the
-// address's connected route, are left alone).
-func (d *Driver) convergeLink(iface rwg.Interface, routes []netip.Prefix) error {
+// driver's routes through the device exactly routes, except where the main table already holds
+// a route for exactly that prefix that is not the driver's (planRoutes): those prefixes are
+// returned with the route holding them and left alone. The driver removes only its own routes.
+func (d *Driver) convergeLink(iface rwg.Interface, routes []netip.Prefix) (map[netip.Prefix]string, error) {
 	link, err := netlink.LinkByName(d.name)
 	if err != nil {
-		return fmt.Errorf("device %s: %w", d.name, err)
+		return nil, fmt.Errorf("device %s: %w", d.name, err)
 	}
 	if iface.MTU > 0 && link.Attrs().MTU != int(iface.MTU) {
 		if err := netlink.LinkSetMTU(link, int(iface.MTU)); err != nil {
-			return fmt.Errorf("device %s: setting MTU %d: %w", d.name, iface.MTU, err)
+			return nil, fmt.Errorf("device %s: setting MTU %d: %w", d.name, iface.MTU, err)
 		}
 	}
 
 	want := iface.Address
 	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
 	if err != nil {
-		return fmt.Errorf("device %s: listing addresses: %w", d.name, err)
+		return nil, fmt.Errorf("device %s: listing addresses: %w", d.name, err)
 	}
 	have := false
 	for _, a := range addrs {
@@ -47,61 +49,49 @@ func (d *Driver) convergeLink(iface rwg.Interface, routes []netip.Prefix) error 
 			continue
 		}
 		if err := netlink.AddrDel(link, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return fmt.Errorf("device %s: removing stale address %s: %w", d.name, addr, err)
+			return nil, fmt.Errorf("device %s: removing stale address %s: %w", d.name, addr, err)
 		}
 		d.log.Info("stale address removed", "address", p.String())
 	}
 	if !have {
 		if err := netlink.AddrReplace(link, &netlink.Addr{IPNet: ipNet(want)}); err != nil {
-			return fmt.Errorf("device %s: setting address %s: %w", d.name, want, err)
+			return nil, fmt.Errorf("device %s: setting address %s: %w", d.name, want, err)
 		}
 	}
 	if link.Attrs().Flags&net.FlagUp == 0 {
 		if err := netlink.LinkSetUp(link); err != nil {
-			return fmt.Errorf("device %s: setting link up: %w", d.name, err)
+			return nil, fmt.Errorf("device %s: setting link up: %w", d.name, err)
 		}
 	}
 
 	// Routes: ours are marked with RouteProtocol. The connected route of the device's own
 	// address is the kernel's; an allowed IP equal to it needs no route of ours.
-	wanted := map[netip.Prefix]bool{}
+	var wanted []netip.Prefix
 	for _, r := range routes {
-		r = r.Masked()
-		if r == want.Masked() {
-			continue
+		if r = r.Masked(); r != want.Masked() {
+			wanted = append(wanted, r)
 		}
-		wanted[r] = true
 	}
 	current, err := netlink.RouteListFiltered(netlink.FAMILY_ALL,
-		&netlink.Route{LinkIndex: link.Attrs().Index, Table: unix.RT_TABLE_MAIN},
-		netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+		&netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return fmt.Errorf("device %s: listing routes: %w", d.name, err)
+		return nil, fmt.Errorf("device %s: listing routes: %w", d.name, err)
 	}
-	present := map[netip.Prefix]bool{}
-	var errs []error
+	existing := make([]route, 0, len(current))
 	for _, r := range current {
-		if r.Protocol != RouteProtocol || r.Dst == nil {
-			continue
-		}
-		p, ok := prefixOf(*r.Dst)
-		if !ok {
-			continue
-		}
-		if wanted[p] {
-			present[p] = true
-			continue
-		}
-		if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
-			errs = append(errs, fmt.Errorf("removing route %s: %w", p, err))
-			continue
-		}
-		d.log.Info("route removed", "destination", p.String())
+		existing = append(existing, routeOf(r))
 	}
-	for p := range wanted {
-		if present[p] {
+	plan := planRoutes(wanted, existing, link.Attrs().Index)
+	var errs []error
+	for _, r := range plan.Remove {
+		nr := &netlink.Route{LinkIndex: r.LinkIndex, Dst: ipNet(r.Dst), Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN, Scope: netlink.SCOPE_LINK}
+		if err := netlink.RouteDel(nr); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("removing route %s: %w", r.Dst, err))
 			continue
 		}
+		d.log.Info("route removed", "destination", r.Dst.String())
+	}
+	for _, p := range plan.Add {
 		r := &netlink.Route{
 			LinkIndex: link.Attrs().Index,
 			Dst:       ipNet(p),
@@ -109,16 +99,62 @@ func (d *Driver) convergeLink(iface rwg.Interface, routes []netip.Prefix) error 
 			Protocol:  RouteProtocol,
 			Table:     unix.RT_TABLE_MAIN,
 		}
-		if err := netlink.RouteReplace(r); err != nil {
+		// RouteAdd, never RouteReplace: a route someone added since the listing stays theirs.
+		if err := netlink.RouteAdd(r); err != nil {
+			if errors.Is(err, unix.EEXIST) {
+				if plan.Conflicts == nil {
+					plan.Conflicts = map[netip.Prefix]string{}
+				}
+				plan.Conflicts[p] = "a route added meanwhile"
+				continue
+			}
 			errs = append(errs, fmt.Errorf("adding route %s: %w", p, err))
 			continue
 		}
 		d.log.V(1).Info("route added", "destination", p.String())
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("device %s: %w", d.name, errors.Join(errs...))
+	for p, desc := range plan.Conflicts {
+		if d.conflicts[p] != desc {
+			d.log.Info("not routing a peer's subnet: this network namespace already has its own route for it, which stays", "destination", p.String(), "existing", desc)
+		}
 	}
-	return nil
+	d.conflicts = plan.Conflicts
+	if len(errs) > 0 {
+		return plan.Conflicts, fmt.Errorf("device %s: %w", d.name, errors.Join(errs...))
+	}
+	return plan.Conflicts, nil
+}
+
+// routeOf is how planRoutes sees a netlink route (a route without a destination is the
+// default route).
+func routeOf(r netlink.Route) route {
+	out := route{LinkIndex: r.LinkIndex, Protocol: int(r.Protocol)}
+	if r.Dst != nil {
+		out.Dst, _ = prefixOf(*r.Dst)
+	} else if r.Family == unix.AF_INET6 {
+		out.Dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+	} else {
+		out.Dst = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+	}
+	var desc []string
+	if r.LinkIndex > 0 {
+		if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
+			desc = append(desc, "dev "+l.Attrs().Name)
+		} else {
+			desc = append(desc, fmt.Sprintf("ifindex %d", r.LinkIndex))
+		}
+	}
+	if r.Gw != nil {
+		desc = append(desc, "via "+r.Gw.String())
+	}
+	if len(r.MultiPath) > 0 {
+		desc = append(desc, "multipath")
+	}
+	if r.Type != 0 && r.Type != unix.RTN_UNICAST {
+		desc = append(desc, fmt.Sprintf("type %d", r.Type))
+	}
+	desc = append(desc, "proto "+r.Protocol.String())
+	return route{Dst: out.Dst, LinkIndex: out.LinkIndex, Protocol: out.Protocol, Desc: strings.Join(desc, " ")}
 }
 
 func ipNet(p netip.Prefix) *net.IPNet {

@@ -57,6 +57,9 @@ func (d *Driver) peersLocked(now time.Time) (map[string]agent.PeerState, error) 
 		if p.note != "" {
 			s.Message = joinMessage(s.Message, p.note)
 		}
+		if p.routes != "" {
+			s.Message = joinMessage(s.Message, p.routes)
+		}
 		if s.State == agent.StateEstablished {
 			seen[p.key] = true
 			at, ok := d.establishedAt[p.key]
