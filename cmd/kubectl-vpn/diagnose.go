@@ -65,6 +65,9 @@ type diagnosis struct {
 	peers     []peerEvidence
 	earlier   *agentMetrics
 	interval  time.Duration
+	// charon is the tail of charon's log (nil: not read, charonErr says why; charonNA: the
+	// gateway runs no charon)
+	charon    []logLine
 	charonErr string
 	charonNA  bool
 	eventsErr string
@@ -151,7 +154,7 @@ func collect(ctx context.Context, o *options, c client.Client, data *gatewayData
 		ge.LogErr, dg.charonErr = why, why
 		dg.charonNA = gw.Spec.Protocol != vpnv1.ProtocolIPsec
 	}
-	dg.gateway = ge
+	dg.gateway, dg.charon = ge, charon
 
 	rep := data.report(now)
 	vips := map[string]exposureReport{}
@@ -372,10 +375,10 @@ func printDiagnosis(w io.Writer, dg *diagnosis) {
 		fmt.Fprintf(w, "  agent log: not readable: %s\n", dg.gateway.LogErr)
 	}
 	if !dg.charonNA {
-		if dg.peers == nil || dg.peers[0].Charon == nil {
+		if dg.charon == nil {
 			fmt.Fprintf(w, "  charon log: not readable: %s\n", orDash(dg.charonErr))
 		} else {
-			entries, dropped := parseCharon(dg.peers[0].Charon)
+			entries, dropped := parseCharon(dg.charon)
 			var unattributed []charonEntry
 			for _, en := range entries {
 				if en.SA == 0 && en.shown() {

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
 )
 
@@ -100,4 +104,21 @@ func TestDiagnoseWithoutAgent(t *testing.T) {
 	if _, _, err := runWith(t, nil, reqs, "-n", ns, "diagnose", "nope"); err == nil || !strings.Contains(err.Error(), "VPNGateway diagnose-noagent/nope not found") {
 		t.Errorf("error %v", err)
 	}
+
+	// a gateway the operator has not seen: no status, no peers, no pod
+	gw := &vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Name: "fresh", Namespace: ns},
+		Spec: vpnv1.VPNGatewaySpec{Protocol: vpnv1.ProtocolIPsec, Endpoint: vpnv1.Endpoint{LoadBalancer: &vpnv1.LoadBalancerEndpoint{}}}}
+	if err := env.Client.Create(context.Background(), gw); err != nil {
+		t.Fatal(err)
+	}
+	fresh, _, err := runWith(t, nil, reqs, "-n", ns, "diagnose", "fresh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden.Assert(t, "diagnose-fresh", []byte(fresh))
+	st, _, err := runWith(t, nil, reqs, "-n", ns, "status", "fresh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden.Assert(t, "status-fresh", []byte(st))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -81,8 +82,20 @@ func status(ctx context.Context, o *options, name string, all, metrics bool, out
 	}
 	now := o.now()
 	rep := statusReport{Kind: statusKind, APIVersion: reportAPIVersion, Gateways: []gatewayReport{}}
+	// the agents are asked in parallel (a pod that does not answer costs its timeout once)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
 	for _, d := range gws {
-		d.loadAgent(ctx, c, access, metrics)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			d.loadAgent(ctx, c, access, metrics)
+		}()
+	}
+	wg.Wait()
+	for _, d := range gws {
 		rep.Gateways = append(rep.Gateways, d.report(now))
 	}
 	if printer != nil {

@@ -469,7 +469,8 @@ func gatewayFindings(e gatewayEvidence) []finding {
 	switch {
 	case e.Pod == nil:
 		if cause == nil || cause.Condition != vpnv1.ConditionGatewayAvailable {
-			out = append(out, finding{sevWarning, "NoPod", "no gateway pod: " + e.NoPod, podCmd})
+			out = append(out, finding{sevWarning, "NoPod", "no gateway pod: " + e.NoPod,
+				fmt.Sprintf("kubectl -n %s describe deployment %s (the operator creates it once the gateway is rendered)", ns, children.Name(gw.Name))})
 		}
 	case e.Pod.DeletionTimestamp != nil || e.Pod.Status.Phase != corev1.PodRunning || !podReady(e.Pod):
 		out = append(out, finding{sevWarning, "PodNotReady", fmt.Sprintf("gateway pod %s: %s", e.Pod.Name, podState(e.Pod)), podCmd})
