@@ -60,11 +60,11 @@ permission for pods/proxy or pods/log) is said, and the verdicts use the rest.`,
 
 // diagnosis is everything collected about one gateway.
 type diagnosis struct {
-	data      *gatewayData
-	gateway   gatewayEvidence
-	peers     []peerEvidence
-	earlier   *agentMetrics
-	interval  time.Duration
+	data     *gatewayData
+	gateway  gatewayEvidence
+	peers    []peerEvidence
+	earlier  *agentMetrics
+	interval time.Duration
 	// charon is the tail of charon's log (nil: not read, charonErr says why; charonNA: the
 	// gateway runs no charon)
 	charon    []logLine
