@@ -289,6 +289,7 @@ var agentMessages = []string{
 	"cannot list the SAs of a connection whose key changed",
 	"reading the device failed",
 	"bringing the userspace device up to initiate handshakes failed",
+	"not routing a peer's subnet: this network namespace already has its own route for it, which stays",
 	"metrics server",
 	"removing the gateway's ruleset and addresses from the node",
 }
@@ -306,6 +307,7 @@ var agentFields = []struct {
 	{"retryIn", regexp.MustCompile(`^[0-9.hmsµn]{1,20}$`)},
 	{"generation", regexp.MustCompile(`^[0-9]{1,19}$`)},
 	{"connections", regexp.MustCompile(`^[0-9]{1,10}$`)},
+	{"destination", regexp.MustCompile(`^[0-9A-Fa-f.:/]{1,50}$`)},
 }
 
 var logLevel = regexp.MustCompile(`^[a-z]{1,10}$`)
