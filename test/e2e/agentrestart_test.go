@@ -106,7 +106,7 @@ func testAgentRestart(t *testing.T, proto vpnv1.Protocol, namespace string) {
 		return nil
 	})
 	if proto == vpnv1.ProtocolWireGuard {
-		if out, err := l.gw.Run("ip", "link", "show", "wg0"); err == nil {
+		if out, err := l.gw.Run("ip", "link", "show", l.wgDevice()); err == nil {
 			t.Logf("the userspace WireGuard device outlived the agent: %s", out)
 		}
 	}

@@ -43,6 +43,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
@@ -849,11 +850,11 @@ func (l *lab) startAgent(extra ...string) *netns.Process {
 	if l.proto == vpnv1.ProtocolIPsec {
 		args = append(args, "--vici-socket", l.gwCharon.URI())
 	} else {
-		// The default device name, wg0: the rendered ruleset names it (--wireguard-interface
-		// with another name leaves the ruleset matching nothing). Its UAPI socket is
-		// machine-wide, as in the other tests: one WireGuard gateway at a time.
+		// The device is the host-network gateway's own (l.wgDevice(), which the rendered
+		// ruleset names). Its UAPI socket is machine-wide, but the name is per gateway (and the
+		// lab's namespace is unique), so labs do not collide.
 		args = append(args, "--wireguard-mode", "userspace")
-		removeUAPISocketAtCleanup(l.tb)
+		removeUAPISocketAtCleanup(l.tb, l.wgDevice())
 		// The peers' endpoints, kept across the agent's restarts (the pod's emptyDir in a
 		// cluster): the test's own, not the machine-wide default beside the UAPI socket.
 		args = append(args, "--wireguard-state-file", filepath.Join(l.stateDir(), "wg0.endpoints.json"))
@@ -870,14 +871,26 @@ func (l *lab) stateDir() string {
 	return l.state
 }
 
-// removeUAPISocketAtCleanup removes the userspace wg0's UAPI socket, which a killed agent
+// removeUAPISocketAtCleanup removes the userspace device's UAPI socket, which a killed agent
 // leaves behind, and the agent's endpoint state file when it used the default one beside it.
 // Registered before the agent's process: runs after it is killed.
-func removeUAPISocketAtCleanup(tb testing.TB) {
+func removeUAPISocketAtCleanup(tb testing.TB, devices ...string) {
 	tb.Cleanup(func() {
-		_ = os.Remove(filepath.Join(agentwg.UAPIDir, "wg0.sock"))
+		for _, d := range devices {
+			_ = os.Remove(filepath.Join(agentwg.UAPIDir, d+".sock"))
+		}
 		_ = os.Remove(filepath.Join(agentwg.UAPIDir, "wg0.endpoints.json"))
 	})
+}
+
+// wgDevice is the name of the lab's (host-network) WireGuard gateway's device, as the agent
+// and the ruleset derive it from the gateway.
+func (l *lab) wgDevice() string { return hostNetworkWGDevice(l.k8sNS, "gw") }
+
+// hostNetworkWGDevice is the WireGuard device of the host-network gateway namespace/name.
+func hostNetworkWGDevice(namespace, name string) string {
+	return nft.WireGuardDevice(&model.Gateway{Namespace: namespace, Name: name, Protocol: model.ProtocolWireGuard,
+		Endpoint: model.Endpoint{Kind: model.EndpointHostNetwork}})
 }
 
 // agentGet does an HTTP GET on the agent's metrics listener (inside the gateway's namespace).

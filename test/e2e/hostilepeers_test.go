@@ -89,7 +89,7 @@ func TestOverlappingDarkPeerReachesNothing(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer wc.Close()
-				dev, err := wc.Device("wg0")
+				dev, err := wc.Device(l.wgDevice())
 				if err != nil {
 					t.Fatal(err)
 				}

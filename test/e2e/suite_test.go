@@ -40,6 +40,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
 )
 
@@ -220,7 +221,7 @@ func gatewayAgent(t *testing.T, ns *netns.NS, namespace, gateway string, extra .
 	args := append([]string{"env", "KUBECONFIG=" + kubeconfig, agentBin, "run", "--userspace-dataplane",
 		"--gateway", gateway, "--namespace", namespace, "--metrics-addr", "127.0.0.1:9090", "--status-interval", "1s"}, extra...)
 	if slices.Contains(extra, "userspace") {
-		removeUAPISocketAtCleanup(t)
+		removeUAPISocketAtCleanup(t, nft.WireGuardInterface, hostNetworkWGDevice(namespace, gateway))
 	}
 	return ns.Start(args...)
 }

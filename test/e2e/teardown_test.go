@@ -61,7 +61,7 @@ func teardownLab(t *testing.T, proto vpnv1.Protocol, namespace string) (*lab, *n
 	agent := l.startAgent()
 	l.waitAgentReady(agent, 30*time.Second)
 	waitFor(t, "site through web", 60*time.Second, func() error { return s.request(l.web(53), time.Second) })
-	want := map[vpnv1.Protocol]string{vpnv1.ProtocolIPsec: "table+address", vpnv1.ProtocolWireGuard: "table+wg0"}[proto]
+	want := map[vpnv1.Protocol]string{vpnv1.ProtocolIPsec: "table+address", vpnv1.ProtocolWireGuard: "table+wg"}[proto]
 	if got := nodeState(t, l); got != want {
 		t.Fatalf("running gateway: node state %q, want %q", got, want)
 	}
@@ -83,7 +83,7 @@ func stopAgent(t *testing.T, agent *netns.Process) {
 }
 
 // nodeState is what of the gateway is in its ("node's") network namespace: "table" (the
-// ruleset), "gate", "address" (on lo) and "wg0", joined by "+".
+// ruleset), "gate", "address" (on lo) and "wg" (its WireGuard device), joined by "+".
 func nodeState(t *testing.T, l *lab) string {
 	t.Helper()
 	var have []string
@@ -97,8 +97,8 @@ func nodeState(t *testing.T, l *lab) string {
 	if strings.TrimSpace(l.gw.MustRun("ip", "-4", "addr", "show", "dev", "lo", "label", "lo:bnerd-vpn")) != "" {
 		have = append(have, "address")
 	}
-	if _, err := l.gw.Run("ip", "link", "show", "wg0"); err == nil {
-		have = append(have, "wg0")
+	if _, err := l.gw.Run("ip", "link", "show", l.wgDevice()); err == nil {
+		have = append(have, "wg")
 	}
 	return strings.Join(have, "+")
 }
