@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
 
 // Log lines are never printed as they were read. A line is shown only when its message has
@@ -224,7 +226,7 @@ func peerSAs(sas map[int]*ikeSA, peerName, address, remoteID string) []*ikeSA {
 			if sa.conn == conn {
 				out = append(out, sa)
 			}
-		case sameAddr(sa.remoteAddr, address), sa.remoteID != "" && normalizeIKEID(sa.remoteID) == normalizeIKEID(remoteID):
+		case sameAddr(sa.remoteAddr, address), sa.remoteID != "" && model.NormalizeID(sa.remoteID) == model.NormalizeID(remoteID):
 			out = append(out, sa)
 		}
 	}
@@ -235,18 +237,6 @@ func sameAddr(a, b string) bool {
 	x, err1 := netip.ParseAddr(a)
 	y, err2 := netip.ParseAddr(b)
 	return err1 == nil && err2 == nil && x.Unmap() == y.Unmap()
-}
-
-// normalizeIKEID folds the spellings strongSwan takes for one identity (as internal/model).
-func normalizeIKEID(id string) string {
-	id = strings.TrimSpace(id)
-	if a, err := netip.ParseAddr(id); err == nil {
-		return a.String()
-	}
-	if strings.HasPrefix(id, "@") && !strings.HasPrefix(id, "@#") {
-		id = id[1:]
-	}
-	return strings.ToLower(id)
 }
 
 func sortInts(s []int) {

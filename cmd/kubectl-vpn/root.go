@@ -6,13 +6,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kube"
 )
 
 // options are the flags every subcommand shares: kubeconfig, context, namespace, ...
@@ -57,23 +55,12 @@ their peers' tunnels at a glance (status), and a verdict per peer with the next 
 	return cmd
 }
 
-func scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := vpnv1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
-
 func (o *options) client() (client.Client, error) {
 	cfg, err := o.flags.ToRESTConfig()
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: scheme()})
+	return client.New(cfg, client.Options{Scheme: kube.Scheme()})
 }
 
 // namespace is -n, else the kubeconfig context's namespace, else "default".

@@ -24,6 +24,7 @@ import (
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kube"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 )
 
@@ -103,7 +104,7 @@ func runWith(t *testing.T, access agentAccess, reqs *requestLog, args ...string)
 	cmd := newRoot(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}, func(o *options) {
 		o.now = func() time.Time { return testNow }
 		cfg := reqs.wrap(env.Config)
-		o.newClient = func() (client.Client, error) { return client.New(cfg, client.Options{Scheme: scheme()}) }
+		o.newClient = func() (client.Client, error) { return client.New(cfg, client.Options{Scheme: kube.Scheme()}) }
 		o.newAgentAccess = func() (agentAccess, error) {
 			if access != nil {
 				return access, nil

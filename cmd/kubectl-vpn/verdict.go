@@ -307,7 +307,7 @@ func tunnelFindings(e *peerEvidence) []finding {
 		case macMismatch != nil:
 			s = fmt.Sprintf("the pre-shared keys differ: the gateway (%q) checked the client's (%q) authentication with the key of %s and it did not match",
 				macMismatch.Values[1], macMismatch.Values[2], secret)
-		case noKey != nil && normalizeIKEID(noKey.Values[1]) != normalizeIKEID(remoteID):
+		case noKey != nil && model.NormalizeID(noKey.Values[1]) != model.NormalizeID(remoteID):
 			s = fmt.Sprintf("identity mismatch: the client presents itself as %q; the gateway expects %q", noKey.Values[1], remoteID)
 		case noKey != nil:
 			s = fmt.Sprintf("identity mismatch: the client addresses the gateway as %q; the gateway is %q", noKey.Values[0], localID)

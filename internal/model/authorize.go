@@ -145,7 +145,7 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 	}
 
 	var problems []Problem
-	localID := normalizeID(scope.LocalID)
+	localID := NormalizeID(scope.LocalID)
 	ids := make(map[string]string, len(states)) // normalized identity -> peer holding it
 	for j, st := range states {
 		if st.decision.Reason == ReasonProtocolMismatch {
@@ -329,17 +329,17 @@ func peerIdentity(gw *vpnv1.VPNGateway, p *vpnv1.VPNPeer) (id, key, what string)
 		if strings.HasPrefix(id, "%") { // %any: strongSwan's wildcard
 			return id, "", "IKE identity"
 		}
-		return id, normalizeID(id), "IKE identity"
+		return id, NormalizeID(id), "IKE identity"
 	case gw.Spec.Protocol == vpnv1.ProtocolWireGuard && p.Spec.WireGuard != nil:
 		return p.Spec.WireGuard.PublicKey, "wg:" + p.Spec.WireGuard.PublicKey, "WireGuard public key"
 	}
 	return "", "", ""
 }
 
-// normalizeID folds the spellings under which strongSwan takes two IKE identities to be one:
+// NormalizeID folds the spellings under which strongSwan takes two IKE identities to be one:
 // case (FQDNs and e-mail addresses compare case-insensitively), a leading '@' of an FQDN, and
 // an IP address's notation.
-func normalizeID(id string) string {
+func NormalizeID(id string) string {
 	id = strings.TrimSpace(id)
 	if a, err := netip.ParseAddr(id); err == nil {
 		return a.String()

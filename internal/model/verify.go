@@ -85,7 +85,7 @@ func Verify(g *Gateway) error {
 		}
 		if p.IPsec != nil && p.HasTunnel() {
 			id := p.IPsec.RemoteID
-			key := normalizeID(id)
+			key := NormalizeID(id)
 			switch other, taken := ids[key]; {
 			case id == "" || strings.Contains(id, "*") || strings.HasPrefix(id, "%"):
 				bad("peer %q: remote ID %q does not name one identity", p.Name, id)

@@ -9,6 +9,8 @@
 #      counter rises; the WireGuard peer reaches its gateway's exposure of a Service, and its
 #      status shows the handshake and the bytes;
 #   3b. the backend Deployment replaced: the host-network gateway follows the Service's endpoints;
+#   3c. kubectl vpn status and diagnose on the live gateways (peers, drops through the pod proxy,
+#      who reaches what); 3d. diagnose names a site's proposal mismatch, and no PSK in its output;
 #   4. a peer added live comes up and reaches its grant, other peers' tunnels undisturbed;
 #   4b. a hostile, overlapping dark peer (no grant, a subnet inside hq's LAN that its device
 #      claims too) reaches nothing, from the overlap or from its own LAN; hq keeps its access;
@@ -80,6 +82,48 @@ kubectl -n $NS wait --for=delete pod -l app=backend --field-selector=status.podI
 t=$SECONDS
 if wait_for check 60 curl_from hq 1 2 "http://$VIP_WEB:8080/"; then pass "hq reaches web on the new backend $(kubectl -n $NS get pod -l app=backend -o jsonpath='{.items[0].status.podIP}') (was $old_backend) $((SECONDS - t))s after the rollout"
 else fail "hq cannot reach web after the backend was replaced"; fi
+
+echo "=== RUN 3c kubectl vpn status and diagnose"
+vpn() { "$root/bin/kubectl-vpn" -n $NS "$@"; }
+vpn status
+connected=$(vpn status -o jsonpath='{range .gateways[*].peers[*]}{.name}={.connected.status} {end}')
+if [ "$connected" = "branch=True hq=True roam=True " ]; then pass "kubectl vpn status: the three peers Connected ($connected)"; else fail "kubectl vpn status: $connected"; fi
+hq_drops=$(vpn status acme-gw -o jsonpath='{.gateways[0].peers[?(@.name=="hq")].authorizationDrops.in}')
+if [ "${hq_drops:-0}" -gt 0 ] 2>/dev/null; then pass "kubectl vpn status: hq's authorization drops ($hq_drops) read from the agent through the API server's pod proxy"
+else fail "kubectl vpn status: hq's drops '$hq_drops' ($(vpn status acme-gw -o jsonpath='{.gateways[0].agent.error}'))"; fi
+reach=$(vpn status acme-gw -o jsonpath='{.gateways[0].exposures[?(@.name=="admin")].reachableBy[*]}')
+if [ "$reach" = "branch" ]; then pass "kubectl vpn status: admin is reachable by branch alone"; else fail "kubectl vpn status: admin reachable by '$reach'"; fi
+diag=$(vpn diagnose acme-gw); echo "$diag"
+vpn diagnose acme-wg
+if echo "$diag" | grep -A1 '^VPNPeer hq$' | grep -Eq 'verdict: (OK Established|WARNING DeniedTraffic)'; then pass "kubectl vpn diagnose: hq's tunnel established"
+else fail "kubectl vpn diagnose: hq: $(echo "$diag" | grep -A1 '^VPNPeer hq$' | tail -1)"; fi
+
+echo "=== RUN 3d kubectl vpn diagnose names a proposal mismatch"
+PSK_MM=lab-mismatch-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
+lab_ipsec_peer mismatch 7 "$PSK_MM" web | kubectl apply -f - >/dev/null
+"$root/hack/lab/site.sh" mismatch 7
+m=$S/sites/mismatch; conn=$(cat "$m/child")
+# the client's device now proposes only what the gateway does not allow (its first SA, if any, ends)
+sed -i -e 's|^\( *\)proposals = .*|\1proposals = aes128-sha1-modp1024|' "$m/swanctl/swanctl.conf"
+STRONGSWAN_CONF=$m/strongswan.conf swanctl --load-all --file "$m/swanctl/swanctl.conf" >/dev/null
+STRONGSWAN_CONF=$m/strongswan.conf swanctl --terminate --ike "$conn" --force >/dev/null 2>&1 || true
+mismatch_named() {
+  site_ensure mismatch
+  vpn diagnose acme-gw --interval 0 --tail 1000 | grep -A1 '^VPNPeer mismatch$' |
+    grep -q 'verdict: ERROR NoProposalChosen: IKE: the client proposes aes128-sha1-modp1024; the gateway allows aes256gcm16-prfsha256-ecp256 '
+}
+if wait_for "diagnose naming the proposal mismatch" 90 mismatch_named; then
+  pass "kubectl vpn diagnose: $(vpn diagnose acme-gw --interval 0 --tail 1000 | grep -A2 '^VPNPeer mismatch$' | tail -2 | sed 's/^ *//' | tr '\n' ' ')"
+else fail "kubectl vpn diagnose does not name the mismatch: $(vpn diagnose acme-gw --interval 0 --tail 1000 | sed -n '/^VPNPeer mismatch$/,/^$/p')"; fi
+hq_psk=$(kubectl -n $NS get secret hq-psk -o jsonpath='{.data.psk}' | base64 -d)
+vpn_out=$( { vpn diagnose acme-gw --interval 0 --tail 1000; vpn status -o json; } 2>&1)
+if [ -n "$hq_psk" ] && ! echo "$vpn_out" | grep -qF -e "$PSK_MM" -e "$hq_psk"; then pass "no pre-shared key in kubectl vpn's output"; else fail "a pre-shared key in kubectl vpn's output (or hq-psk unreadable)"; fi
+# the site stops trying; the peer goes
+printf 'connections {\n}\n' >"$m/none.conf"
+STRONGSWAN_CONF=$m/strongswan.conf swanctl --load-conns --file "$m/none.conf" >/dev/null 2>&1 || true
+STRONGSWAN_CONF=$m/strongswan.conf swanctl --terminate --ike "$conn" --force >/dev/null 2>&1 || true
+kubectl -n $NS delete vpnpeer mismatch --wait=true >/dev/null
+kubectl -n $NS delete secret mismatch-psk >/dev/null
 
 echo "=== RUN 4 peer added live"
 hq_sa_before=$(STRONGSWAN_CONF="$S/sites/hq/strongswan.conf" swanctl --list-sas 2>/dev/null | grep -o '^[^ :]*: #[0-9]*' | head -1)
