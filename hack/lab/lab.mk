@@ -26,6 +26,6 @@ e2e-cluster: ## a fresh lab, the cluster end-to-end assertions (test/cluster/run
 
 e2e-cluster-go: ## like e2e-cluster, the assertions as the Go suite test/cluster (BNERD_LAB=1 go test)
 	@hack/lab/cluster-down.sh >/dev/null 2>&1 || true
-	@rc=0; LAB_T0=$$(date +%s.%N); export LAB_T0; hack/lab/cluster-up.sh && \
+	@rc=0; LAB_T0=$$(date +%s.%N) hack/lab/cluster-up.sh && \
 	  BNERD_LAB=1 go test -count=1 -v -timeout 20m ./test/cluster/ || rc=$$?; \
 	  hack/lab/cluster-down.sh; exit $$rc
