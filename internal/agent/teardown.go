@@ -22,15 +22,18 @@ import (
 // wait for that; when the tunnels are still there — the agent alone restarting while charon
 // runs — everything stays and the ruleset keeps guarding them.
 func (e *Engine) TearDown(ctx context.Context, wait time.Duration) error {
+	// The model of the ruleset in force: set once the firewall applied it, even when the
+	// dataplane then failed (a device that is not the gateway's refused), so a gateway that
+	// never came up still takes its ruleset off the node.
 	e.mu.Lock()
-	b := e.bundle
+	m := e.ruled
 	e.mu.Unlock()
-	if b == nil || b.Model.Endpoint.Kind != model.EndpointHostNetwork {
+	if m == nil || m.Endpoint.Kind != model.EndpointHostNetwork {
 		return nil
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		gone, err := tunnelsGone(b.Model)
+		gone, err := tunnelsGone(m)
 		if err != nil {
 			return err
 		}
@@ -62,11 +65,14 @@ func tunnelsGone(g *model.Gateway) (bool, error) {
 	if p == model.ProtocolIPsec {
 		iface = nft.LibipsecInterface
 	}
-	_, err := netlink.LinkByName(iface)
+	link, err := netlink.LinkByName(iface)
 	var notFound netlink.LinkNotFoundError
 	switch {
-	case err == nil:
+	case err == nil && (link.Type() == "wireguard" || link.Type() == "tun"):
 		return false, nil
+	case err == nil:
+		// A device of that name that is no tunnel is not the gateway's (the driver refused
+		// it): nothing of the gateway's is carrying traffic through it.
 	case !errors.As(err, &notFound):
 		return false, fmt.Errorf("looking up %s: %w", iface, err)
 	}
