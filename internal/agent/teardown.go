@@ -68,7 +68,7 @@ func tunnelsGone(g *model.Gateway) (bool, error) {
 	link, err := netlink.LinkByName(iface)
 	var notFound netlink.LinkNotFoundError
 	switch {
-	case err == nil && (link.Type() == "wireguard" || link.Type() == "tun"):
+	case err == nil && (link.Type() == "wireguard" || link.Type() == "tuntap" || link.Type() == "tun"):
 		return false, nil
 	case err == nil:
 		// A device of that name that is no tunnel is not the gateway's (the driver refused
