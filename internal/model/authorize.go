@@ -145,6 +145,11 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 	}
 
 	var problems []Problem
+	declared := make([][]netip.Prefix, len(states))
+	for i, st := range states {
+		declared[i] = st.subnets
+	}
+	older := olderOverlaps(declared)
 	localID := NormalizeID(scope.LocalID)
 	ids := make(map[string]string, len(states)) // normalized identity -> peer holding it
 	for j, st := range states {
@@ -184,9 +189,15 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 		}
 
 		// Steps 4 and 5: subnets, each installed or withheld.
+		conflicting := make(map[int]bool)
+		for _, pairs := range older[j] {
+			for _, pr := range pairs {
+				conflicting[pr[0]] = true
+			}
+		}
 		var reservedHits, conflicts []string
 		reservedReason := ""
-		for _, c := range st.subnets {
+		for k, c := range st.subnets {
 			withhold := false
 			for _, r := range reserved {
 				if c.Overlaps(r.prefix) {
@@ -197,18 +208,7 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 					withhold = true
 				}
 			}
-			if withhold {
-				st.withheld = append(st.withheld, c)
-				continue
-			}
-			for i := 0; i < j; i++ {
-				old := states[i]
-				if slices.ContainsFunc(old.subnets, c.Overlaps) {
-					withhold = true
-					break
-				}
-			}
-			if withhold {
+			if withhold || conflicting[k] {
 				st.withheld = append(st.withheld, c)
 				continue
 			}
@@ -218,11 +218,23 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 			refuse(st, reservedReason, strings.Join(reservedHits, "; ")+
 				"; these subnets get no tunnel and the peer is dark until they are removed")
 		}
-		for i := 0; i < j; i++ {
+		olds := make([]int, 0, len(older[j]))
+		for i := range older[j] {
+			olds = append(olds, i)
+		}
+		slices.Sort(olds)
+		for _, i := range olds {
 			old := states[i]
-			pairs := overlappingPairs(st.subnets, old.subnets)
-			if len(pairs) == 0 {
-				continue
+			idx := older[j][i]
+			slices.SortFunc(idx, func(a, b [2]int) int {
+				if a[0] != b[0] {
+					return a[0] - b[0]
+				}
+				return a[1] - b[1]
+			})
+			pairs := make([]string, len(idx))
+			for n, pr := range idx {
+				pairs[n] = st.subnets[pr[0]].String() + " overlaps " + old.subnets[pr[1]].String()
 			}
 			list := strings.Join(pairs, ", ")
 			conflicts = append(conflicts, fmt.Sprintf("%q: %s", old.peer.Name, list))
@@ -478,15 +490,52 @@ func comparePrefix(a, b netip.Prefix) int {
 	return a.Bits() - b.Bits()
 }
 
-// overlappingPairs lists "x overlaps y" for every x in young overlapping some y in old.
-func overlappingPairs(young, old []netip.Prefix) []string {
-	var out []string
-	for _, x := range young {
-		for _, y := range old {
-			if x.Overlaps(y) {
-				out = append(out, x.String()+" overlaps "+y.String())
-			}
+// olderOverlaps finds every overlapping pair of subnets between two owners (owners in age
+// order, oldest first) in O(n log n) plus the pairs found: CIDR prefixes overlap exactly when
+// one contains the other, so sorted by first address and then length, each prefix overlaps
+// exactly the prefixes on a stack of those containing it. The result is, for each owner j, the
+// pairs with each older owner i: (index of j's subnet, index of i's subnet).
+func olderOverlaps(subnets [][]netip.Prefix) []map[int][][2]int {
+	type entry struct {
+		p          netip.Prefix
+		owner, idx int
+	}
+	var all []entry
+	for owner, ps := range subnets {
+		for idx, p := range ps {
+			all = append(all, entry{p.Masked(), owner, idx})
 		}
+	}
+	slices.SortFunc(all, func(a, b entry) int {
+		if c := comparePrefix(a.p, b.p); c != 0 {
+			return c
+		}
+		return a.owner - b.owner
+	})
+	out := make([]map[int][][2]int, len(subnets))
+	var stack []entry
+	for _, e := range all {
+		for len(stack) > 0 {
+			top := stack[len(stack)-1]
+			if top.p.Bits() <= e.p.Bits() && top.p.Contains(e.p.Addr()) {
+				break
+			}
+			stack = stack[:len(stack)-1]
+		}
+		for _, s := range stack {
+			if s.owner == e.owner {
+				continue
+			}
+			young, old, pair := e.owner, s.owner, [2]int{e.idx, s.idx}
+			if young < old {
+				young, old, pair = s.owner, e.owner, [2]int{s.idx, e.idx}
+			}
+			if out[young] == nil {
+				out[young] = map[int][][2]int{}
+			}
+			out[young][old] = append(out[young][old], pair)
+		}
+		stack = append(stack, e)
 	}
 	return out
 }

@@ -472,3 +472,47 @@ func TestVerify(t *testing.T) {
 		})
 	}
 }
+
+// olderOverlaps finds exactly the pairs the plain pairwise comparison finds.
+func TestOlderOverlapsMatchesPairwise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for iter := 0; iter < 3000; iter++ {
+		n := 1 + rng.IntN(7)
+		subnets := make([][]netip.Prefix, n)
+		for i := range subnets {
+			for range 1 + rng.IntN(3) {
+				a := netip.AddrFrom4([4]byte{10, byte(rng.IntN(2)), byte(rng.IntN(4)), byte(rng.IntN(4) * 64)})
+				subnets[i] = append(subnets[i], netip.PrefixFrom(a, 8+rng.IntN(19)).Masked())
+			}
+			subnets[i] = sortPrefixes(subnets[i])
+		}
+		got := olderOverlaps(subnets)
+		for j := range subnets {
+			for i := 0; i < j; i++ {
+				var want [][2]int
+				for yk, y := range subnets[j] {
+					for ok, o := range subnets[i] {
+						if y.Overlaps(o) {
+							want = append(want, [2]int{yk, ok})
+						}
+					}
+				}
+				have := slices.Clone(got[j][i])
+				slices.SortFunc(have, func(a, b [2]int) int {
+					if a[0] != b[0] {
+						return a[0] - b[0]
+					}
+					return a[1] - b[1]
+				})
+				if !slices.Equal(have, want) {
+					t.Fatalf("iteration %d: owners %d and %d (%v, %v): got %v, want %v", iter, j, i, subnets[j], subnets[i], have, want)
+				}
+			}
+			for i := range got[j] {
+				if i >= j {
+					t.Fatalf("iteration %d: owner %d has pairs with a younger owner %d", iter, j, i)
+				}
+			}
+		}
+	}
+}
