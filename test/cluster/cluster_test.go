@@ -430,8 +430,19 @@ func test3dProposalMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// the client's device now proposes only what the gateway does not allow (its first SA, if
-	// any, ends)
+	// the device's first tunnel is up before its proposals change: a reload that catches the
+	// IKE_SA half-way (CONNECTING) drops it without a DELETE while the gateway holds it as
+	// established, and diagnose reports that stale SA instead of the mismatch
+	if err := eventually(30*time.Second, func() error {
+		L.siteEnsure("mismatch")
+		if out, _ := L.swanctl("mismatch", "--list-sas"); !strings.Contains(out, "INSTALLED") {
+			return fmt.Errorf("the mismatch site has no CHILD_SA yet")
+		}
+		return nil
+	}); err != nil {
+		t.Logf("before the proposals change: %v", err)
+	}
+	// the client's device now proposes only what the gateway does not allow (its first SA ends)
 	conf := filepath.Join(m, "swanctl", "swanctl.conf")
 	b, err := os.ReadFile(conf)
 	if err != nil {
