@@ -13,8 +13,10 @@ n=$1 i=$2 d="$S/sites/$1" ns="lab-site-$1"
 for sub in x509 x509ca x509ocsp x509aa x509ac x509crl pubkey private rsa ecdsa bliss pkcs8 pkcs12; do mkdir -p "$d/swanctl/$sub"; done
 site_netns "$n" "$i"
 # the image's strongswan.conf, with its own socket and quick IKE retransmits (a restarted gateway
-# is found again within seconds, not minutes)
+# is found again within seconds, not minutes), and without the gateway's fwmark (a site's own
+# traffic takes its routes into the tunnel unmarked)
 sed -e "s#/run/strongswan/charon.vici#$d/charon.vici#" \
+    -e "/^ *fwmark = /d" \
     -e "s#^  install_routes = yes#  install_routes = yes\n  retransmit_timeout = 1\n  retransmit_base = 1.2\n  retransmit_tries = 3#" \
     "$root/hack/lab/image/strongswan.conf" >"$d/strongswan.conf"
 (umask 077

@@ -823,11 +823,18 @@ func newLab(tb testing.TB, proto vpnv1.Protocol, k8sNamespace, prefix string) *l
 		}
 	}
 	if proto == vpnv1.ProtocolIPsec {
-		l.gwCharon = charontest.Start(tb, l.cgw, "gw", charontest.Config{})
+		l.gwCharon = charontest.Start(tb, l.cgw, "gw", gatewayCharonConfig())
 	}
 	echoServers(tb, l.gw.Name, netip.IPv4Unspecified(), labCanaryPort)
 	l.kubeconfig = agentKubeconfig(tb, l.gw, l.k8sNS, "gw")
 	return l
+}
+
+// gatewayCharonConfig is the gateway image's strongswan.conf as far as the tests need it:
+// charon's table 220 only for packets the ruleset marks as the gateway's (nft.RouteMark;
+// hack/lab/image/strongswan.conf).
+func gatewayCharonConfig() charontest.Config {
+	return charontest.Config{Extra: fmt.Sprintf("plugins {\n    kernel-netlink {\n      fwmark = %#x/%#x\n    }\n  }", nft.RouteMark, nft.RouteMark)}
 }
 
 // web and otherAddr are the exposures' addresses for TCP (port 80) and UDP (port 53).

@@ -37,37 +37,7 @@ func TestHostNetworkGatewayTouchesOnlyWhatItCreated(t *testing.T) {
 		l.createPeer(s, "web")
 	}
 
-	// The node's own things.
-	pod := l.nrun.NS("pod")
-	netns.VethAddr(l.gw, "pod0", "10.244.1.1/24", pod, "eth0", "10.244.1.2/24")
-	pod.MustRun("ip", "route", "add", "default", "via", "10.244.1.1")
-	podAddr := netip.MustParseAddr("203.0.113.5")
-	pod.AddLoopback(podAddr.String() + "/32")
-	echoServers(t, pod.Name, podAddr, 9000)
-	l.gw.MustRun("ip", "route", "add", a.subnet.String(), "via", "10.244.1.2", "dev", "pod0")
-	l.gw.MustRun("ip", "route", "add", "203.0.113.0/24", "via", "10.244.1.2", "dev", "pod0", "metric", "50")
-	l.lan.MustRun("ip", "route", "add", "203.0.113.0/24", "via", strings.Split(labGatewayLAN, "/")[0])
-	l.lan.MustRun("ip", "route", "add", "10.244.1.0/24", "via", strings.Split(labGatewayLAN, "/")[0])
-	// Someone else's wg0: a persistent TUN, as a userspace WireGuard's device looks (this
-	// kernel has no WireGuard module, and a running wireguard-go would put a machine-wide UAPI
-	// socket named wg0 beside other tests').
-	l.gw.MustRun("ip", "tuntap", "add", "dev", "wg0", "mode", "tun")
-	l.gw.MustRun("ip", "addr", "add", "10.99.0.1/24", "dev", "wg0")
-	l.gw.MustRun("ip", "link", "set", "wg0", "up")
-	l.gw.MustRun("ip", "route", "add", "10.99.1.0/24", "dev", "wg0")
-
-	podFlows := func() error {
-		if err := echo(l.lan.Name, "udp", labBackend, netip.AddrPortFrom(podAddr, 9000).String()); err != nil {
-			return fmt.Errorf("LAN to the pod's %s (forwarded, UDP): %w", podAddr, err)
-		}
-		if err := echo(l.lan.Name, "tcp", labBackend, netip.AddrPortFrom(podAddr, 9000).String()); err != nil {
-			return fmt.Errorf("LAN to the pod's %s (forwarded, TCP): %w", podAddr, err)
-		}
-		if err := echo(l.gw.Name, "tcp", netip.Addr{}, netip.AddrPortFrom(podAddr, 9000).String()); err != nil {
-			return fmt.Errorf("node to the pod's %s (TCP): %w", podAddr, err)
-		}
-		return nil
-	}
+	podFlows := nodesOwnThings(t, l, a)
 	if err := podFlows(); err != nil {
 		t.Fatalf("before the gateway: %v", err)
 	}
@@ -164,6 +134,117 @@ func TestHostNetworkGatewayTouchesOnlyWhatItCreated(t *testing.T) {
 	}
 	if err := podFlows(); err != nil {
 		t.Errorf("after the teardown: %v", err)
+	}
+}
+
+// The same for a host-network IPsec gateway (kernel-libipsec): charon installs its routes into
+// the tunnel into table 220, looked up before the node's main table and whatever install_routes
+// says; with the gateway image's fwmark (charon.plugins.kernel-netlink.fwmark = nft.RouteMark)
+// only the packets of the gateway's own flows, which its ruleset marks, consult it. So site a
+// reaches its exposure through the tunnel although the node routes site a's subnet to the pod,
+// and the node's flows toward the pod keep the node's route.
+func TestHostNetworkIPsecGatewayLeavesTheNodesRoutesAlone(t *testing.T) {
+	l := newLab(t, vpnv1.ProtocolIPsec, uniqueNamespace("e2e-hostnode-ipsec"), "")
+	a, b := l.newSite("a"), l.newSite("b")
+	for _, s := range []*labSite{a, b} {
+		l.configureDevice(s)
+		l.createPeer(s, "web")
+	}
+	podFlows := nodesOwnThings(t, l, a)
+	if err := podFlows(); err != nil {
+		t.Fatalf("before the gateway: %v", err)
+	}
+	main := func() string { return sortedLines(l.gw.MustRun("ip", "-4", "route", "show", "table", "main")) }
+	// The node's links: charon's ipsec0 (up since the lab started charon) is the gateway's.
+	nodeLinks := func(l *lab) string {
+		var keep []string
+		for _, line := range strings.Split(nodeLinks(l), "\n") {
+			if !strings.Contains(line, " ipsec0: ") {
+				keep = append(keep, line)
+			}
+		}
+		return strings.Join(keep, "\n")
+	}
+	routes, links := main(), nodeLinks(l)
+
+	agent := l.startAgent()
+	l.waitAgentReady(agent, 30*time.Second)
+	for _, s := range []*labSite{a, b} {
+		waitFor(t, "site "+s.name+" through web", 60*time.Second, func() error { return s.request(l.web(53), time.Second) })
+	}
+	t.Logf("while the gateway runs:\n%s\ntable 220:\n%s", l.gw.MustRun("ip", "rule"), l.gw.MustRun("ip", "route", "show", "table", "220"))
+	if err := podFlows(); err != nil {
+		t.Errorf("while the gateway runs: %v (route: %s)", err, l.gw.MustRun("ip", "route", "get", "203.0.113.5", "from", labBackend.String(), "iif", "eth0"))
+	}
+	if got := main(); got != routes {
+		t.Errorf("the main table while the gateway runs:\n%s\nwant\n%s", got, routes)
+	}
+	for _, line := range strings.Split(links, "\n") {
+		if !strings.Contains("\n"+nodeLinks(l)+"\n", "\n"+line+"\n") {
+			t.Errorf("the node's link %q is gone or changed while the gateway runs", line)
+		}
+	}
+
+	l.gwCharon.Stop() // the pod goes
+	stopAgent(t, agent)
+	if got := nodeState(t, l); got != "" {
+		t.Errorf("after the pod went: node state %q, want nothing of the gateway left", got)
+	}
+	if got := main(); got != routes {
+		t.Errorf("the main table after the teardown:\n%s\nwant\n%s", got, routes)
+	}
+	if got := nodeLinks(l); got != links {
+		t.Errorf("links after the teardown:\n%s\nwant\n%s", got, links)
+	}
+	if err := podFlows(); err != nil {
+		t.Errorf("after the teardown: %v", err)
+	}
+}
+
+// nodesOwnThings gives the lab's gateway namespace ("the node") what a node has before a
+// gateway comes: a "pod" behind pod0 holding 203.0.113.5 (inside site a's subnet), the node's
+// route for exactly site a's subnet and a wider one (203.0.113.0/24, metric 50), both via the
+// pod, and someone else's wg0 with an address and a route. The LAN routes those ranges through
+// the node. It returns the check of the flows toward the pod's peer-like address: forwarded
+// from the LAN (UDP and TCP) and from the node itself.
+func nodesOwnThings(t *testing.T, l *lab, a *labSite) func() error {
+	t.Helper()
+	var pod *netns.NS
+	if l.crun != nil {
+		pod = netns.Open(t, l.crun.Netns("pod").Name)
+	} else {
+		pod = l.nrun.NS("pod")
+	}
+	netns.VethAddr(l.gw, "pod0", "10.244.1.1/24", pod, "eth0", "10.244.1.2/24")
+	pod.MustRun("ip", "route", "add", "default", "via", "10.244.1.1")
+	podAddr := netip.MustParseAddr("203.0.113.5")
+	pod.AddLoopback(podAddr.String() + "/32")
+	echoServers(t, pod.Name, podAddr, 9000)
+	l.gw.MustRun("ip", "route", "add", a.subnet.String(), "via", "10.244.1.2", "dev", "pod0")
+	l.gw.MustRun("ip", "route", "add", "203.0.113.0/24", "via", "10.244.1.2", "dev", "pod0", "metric", "50")
+	lanGW := strings.Split(labGatewayLAN, "/")[0]
+	l.lan.MustRun("ip", "route", "add", "203.0.113.0/24", "via", lanGW)
+	l.lan.MustRun("ip", "route", "add", "10.244.1.0/24", "via", lanGW)
+	// Someone else's wg0: a persistent TUN, as a userspace WireGuard's device looks (this
+	// kernel has no WireGuard module, and a running wireguard-go would put a machine-wide UAPI
+	// socket named wg0 beside other tests').
+	l.gw.MustRun("ip", "tuntap", "add", "dev", "wg0", "mode", "tun")
+	l.gw.MustRun("ip", "addr", "add", "10.99.0.1/24", "dev", "wg0")
+	l.gw.MustRun("ip", "link", "set", "wg0", "up")
+	l.gw.MustRun("ip", "route", "add", "10.99.1.0/24", "dev", "wg0")
+
+	to := netip.AddrPortFrom(podAddr, 9000).String()
+	return func() error {
+		if err := echo(l.lan.Name, "udp", labBackend, to); err != nil {
+			return fmt.Errorf("LAN to the pod's %s (forwarded, UDP): %w", podAddr, err)
+		}
+		if err := echo(l.lan.Name, "tcp", labBackend, to); err != nil {
+			return fmt.Errorf("LAN to the pod's %s (forwarded, TCP): %w", podAddr, err)
+		}
+		if err := echo(l.gw.Name, "tcp", netip.Addr{}, to); err != nil {
+			return fmt.Errorf("node to the pod's %s (TCP): %w", podAddr, err)
+		}
+		return nil
 	}
 }
 

@@ -1,6 +1,9 @@
 package nft
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -83,5 +86,22 @@ func TestWireGuardDevice(t *testing.T) {
 		if o := DefaultOptions(g, false); o.TunnelInterface != n {
 			t.Errorf("DefaultOptions names %q, not the device %q", o.TunnelInterface, n)
 		}
+	}
+}
+
+// The gateway image's charon consults its routes into the tunnel (table 220) only for the
+// packets the ruleset marks as the gateway's: the same mark on both sides.
+func TestRouteMarkMatchesTheImagesFwmark(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "hack", "lab", "image", "strongswan.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("fwmark = %#x/%#x", RouteMark, RouteMark)
+	if !strings.Contains(string(raw), want) {
+		t.Errorf("hack/lab/image/strongswan.conf has no %q", want)
+	}
+	text := mustRender(t, labGateway(), DefaultOptions(labGateway(), true))
+	if !strings.Contains(text, fmt.Sprintf("meta mark set meta mark | 0x%08x", RouteMark)) {
+		t.Error("the ruleset does not mark the gateway's flows")
 	}
 }

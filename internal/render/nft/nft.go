@@ -13,6 +13,9 @@
 //     and is DNATed through the map fwd_dnat; nothing else from the tunnel is translated. A
 //     packet on the cluster interface to a local address, from internal_sources, on a gateway
 //     port in rev_dnat gets ct mark MarkReverse and is DNATed to the reverse target.
+//   - route_mark (prerouting, after the DNAT) and route_mark_out (output, type route): every
+//     packet of a MarkForward or MarkReverse flow gets the packet mark RouteMark, the only
+//     packets for which charon's routes into the tunnel (table 220) are consulted.
 //   - postrouting (nat): MarkForward flows are masqueraded (the gateway's cluster address);
 //     MarkReverse flows are SNATed to their exposure's virtual IP (map rev_snat by gateway port).
 //   - forward (filter, policy drop): TCP MSS clamped; established/related accepted; new flows
@@ -62,6 +65,15 @@ const (
 	MarkForward = 0x62760001 // a granted forward-exposure flow (peer -> virtual IP -> target)
 	MarkReverse = 0x62760002 // a reverse-exposure flow (internal source -> gateway port -> peer)
 )
+
+// RouteMark is the packet mark (one bit, outside the marks of kube-proxy 0xc000, Calico
+// 0xffff0000, Cilium 0x0f00 and Istio 0x539) the ruleset sets on every packet of the gateway's
+// own flows (MarkForward, MarkReverse) before routing. charon is configured to consult its
+// routing table 220 only for packets with this mark (strongswan.conf:
+// charon.plugins.kernel-netlink.fwmark = 0x1000/0x1000; hack/lab/image/strongswan.conf): its
+// routes into the tunnel then carry the gateway's traffic and never the node's — on the host
+// network a peer subnet in table 220 would otherwise win over the node's own route for it.
+const RouteMark = 0x00001000
 
 // Names of the tunnel interfaces the gateway's dataplanes create.
 const (
@@ -522,6 +534,15 @@ func (p *plan) write() string {
 	if reverse {
 		w("\t\t%s fib daddr type local ip saddr @internal_sources meta l4proto . th dport @rev_dnat ct mark set 0x%08x dnat ip to meta l4proto . th dport map @rev_dnat\n", "iifname "+p.cluster, MarkReverse)
 	}
+	w("\t}\n\n")
+
+	w("\t# The gateway's own flows take charon's routes (table 220, consulted for RouteMark only):\n")
+	w("\t# after the DNAT, before the routing decision; and the gateway's own ICMP errors for them.\n")
+	w("\tchain route_mark {\n\t\ttype filter hook prerouting priority -99; policy accept;\n")
+	w("\t\tct mark { 0x%08x, 0x%08x } meta mark set meta mark | 0x%08x\n", MarkForward, MarkReverse, RouteMark)
+	w("\t}\n\n")
+	w("\tchain route_mark_out {\n\t\ttype route hook output priority -99; policy accept;\n")
+	w("\t\tct mark { 0x%08x, 0x%08x } meta mark set meta mark | 0x%08x\n", MarkForward, MarkReverse, RouteMark)
 	w("\t}\n\n")
 
 	w("\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n")
