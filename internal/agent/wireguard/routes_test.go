@@ -17,7 +17,9 @@ func TestPlanRoutes(t *testing.T) {
 		}
 		return out
 	}
-	mine := func(dst string) route { return route{Dst: p(dst), LinkIndex: dev, Protocol: RouteProtocol, Desc: "dev wgx proto 98"} }
+	mine := func(dst string) route {
+		return route{Dst: p(dst), LinkIndex: dev, Protocol: RouteProtocol, Desc: "dev wgx proto 98"}
+	}
 	node := func(dst, desc string) route { return route{Dst: p(dst), LinkIndex: other, Protocol: 4, Desc: desc} }
 	for _, tc := range []struct {
 		name      string
