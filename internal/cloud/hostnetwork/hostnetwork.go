@@ -2,7 +2,7 @@
 // namespace, pinned to that node: the public address is the configured one, or the node's
 // ExternalIP, or its InternalIP. A node holds one host-network gateway: its agent owns the
 // node's nftables table (ip bnerd_vpn), its tunnel device and ports (UDP 500/4500 for IPsec
-// with charon's routing table 220, wg0 and the listen port for WireGuard), so a second one
+// with charon's routing table 220, its WireGuard device and listen port), so a second one
 // would overwrite the first's firewall. The older gateway (creation time, then
 // namespace/name) keeps the node, the younger gets Conflict naming it. Nothing is created,
 // so Delete does nothing.
