@@ -247,7 +247,7 @@ func test3Authorization(t *testing.T) {
 	}
 }
 
-// backendPod is the backend's pod (the Deployment has one replica).
+// backendPods are the backend's pods (the Deployment has one replica).
 func backendPods() ([]corev1.Pod, error) {
 	c, cancel := ctx(20 * time.Second)
 	defer cancel()
@@ -319,8 +319,8 @@ func vpnStatus(args ...string) (*statusReport, error) {
 	return &r, nil
 }
 
-// diagnoseVerdict is the line after "VPNPeer <name>" in kubectl vpn diagnose's output (and the one
-// after it with n = 2).
+// diagnoseLines are the n lines after "VPNPeer <peer>" in kubectl vpn diagnose's output (the
+// first is the verdict), trimmed and joined.
 func diagnoseLines(out, peer string, n int) string {
 	lines := strings.Split(out, "\n")
 	for i, l := range lines {
@@ -790,7 +790,7 @@ func test4eConfigMapRefused(t *testing.T) {
 	}
 }
 
-// deletePod deletes a gateway's running pod and waits for it to be gone; it returns its name.
+// deleteGatewayPod deletes a gateway's running pod and waits for it to be gone.
 func deleteGatewayPod(t *testing.T, gw string) {
 	old, err := L.gatewayPod(gw)
 	if err != nil {

@@ -297,7 +297,8 @@ func cond(conds []metav1.Condition, t string) metav1.Condition {
 	return metav1.Condition{Type: t}
 }
 
-// peerCondition waits until a peer's condition has the reason (or, with want "True", status True).
+// peerCondition waits until a peer's condition has the reason (with reason "True": until its
+// status is True).
 func (l *lab) peerCondition(name, t, reason string, timeout time.Duration) (metav1.Condition, error) {
 	var last metav1.Condition
 	err := eventually(timeout, func() error {
