@@ -4,7 +4,7 @@
 LAB_STATE ?= /var/lib/bnerd-lab
 export LAB_STATE
 
-.PHONY: lab lab-down lab-cluster lab-images e2e-cluster e2e-cluster-go
+.PHONY: lab lab-down lab-cluster lab-images e2e-cluster
 
 lab: ## single-node cluster + operator + sample client (IPsec and WireGuard sites); status and a live tunnel
 	@LAB_T0=$$(date +%s.%N); export LAB_T0; \
@@ -19,12 +19,7 @@ lab-cluster: ## only the cluster (KUBECONFIG=$(LAB_STATE)/pki/admin.kubeconfig)
 lab-images: ## build the OCI image archives into bin/images
 	@hack/lab/build-images.sh
 
-e2e-cluster: ## a fresh lab, the cluster end-to-end assertions (test/cluster/run.sh), torn down afterwards
-	@hack/lab/cluster-down.sh >/dev/null 2>&1 || true
-	@rc=0; LAB_T0=$$(date +%s.%N) hack/lab/cluster-up.sh && test/cluster/run.sh || rc=$$?; \
-	  hack/lab/cluster-down.sh; exit $$rc
-
-e2e-cluster-go: ## like e2e-cluster, the assertions as the Go suite test/cluster (BNERD_LAB=1 go test)
+e2e-cluster: ## a fresh lab, the cluster end-to-end suite (test/cluster, Go), torn down afterwards
 	@hack/lab/cluster-down.sh >/dev/null 2>&1 || true
 	@rc=0; LAB_T0=$$(date +%s.%N) hack/lab/cluster-up.sh && \
 	  BNERD_LAB=1 go test -count=1 -v -timeout 20m ./test/cluster/ || rc=$$?; \

@@ -1,15 +1,15 @@
 // Package cluster is the cluster end-to-end suite (issue 11, Build 0): against the lab cluster
 // hack/lab/cluster-up.sh started, it runs the lab (hack/lab/lab.sh: the operator from
 // config/default, the sample client, two strongSwan sites on a host-network IPsec gateway, one
-// WireGuard site on a gateway behind a LoadBalancer Service) and asserts, in order, what
-// test/cluster/run.sh asserts (one subtest per step; see run.sh's header for the list):
+// WireGuard site on a gateway behind a LoadBalancer Service) and asserts, in order (one subtest
+// per step):
 // 1 unprivileged, 2 connected, 3 authorization, 3b backend replaced, 3c kubectl vpn status and
 // diagnose, 3d a proposal mismatch named, 4 a peer added live, 4b an overlapping dark peer, 4c a
 // ServiceAccount token as PSK, 4d host network only where allowed, 4e a ConfigMap carrying more
 // than the model, 5 gateway pods deleted, 6 operator restart, 7 agent logs, 8 no secret outside
 // its Secret, 9 host-network gateway deleted, 10 status.
 //
-// Skipped unless BNERD_LAB=1 (make e2e-cluster-go) and the lab's kubeconfig exists. Runs as root.
+// Skipped unless BNERD_LAB=1 (make e2e-cluster) and the lab's kubeconfig exists. Runs as root.
 package cluster
 
 import (
@@ -39,9 +39,9 @@ var skipReason string
 func TestMain(m *testing.M) {
 	switch kc := filepath.Join(labState(), "pki", "admin.kubeconfig"); {
 	case os.Getenv("BNERD_LAB") != "1":
-		skipReason = "the cluster e2e needs the lab: make e2e-cluster-go (BNERD_LAB=1)"
+		skipReason = "the cluster e2e needs the lab: make e2e-cluster (BNERD_LAB=1)"
 	case fileMissing(kc):
-		skipReason = "no lab: " + kc + " missing (make e2e-cluster-go)"
+		skipReason = "no lab: " + kc + " missing (make e2e-cluster)"
 	default:
 		var err error
 		if L, err = newLab(); err != nil {
