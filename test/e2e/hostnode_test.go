@@ -10,6 +10,7 @@ import (
 	"time"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 )
@@ -145,6 +146,15 @@ func TestHostNetworkGatewayTouchesOnlyWhatItCreated(t *testing.T) {
 // and the node's flows toward the pod keep the node's route.
 func TestHostNetworkIPsecGatewayLeavesTheNodesRoutesAlone(t *testing.T) {
 	l := newLab(t, vpnv1.ProtocolIPsec, uniqueNamespace("e2e-hostnode-ipsec"), "")
+	// The gateway image's charon (the lab's runs without the fwmark).
+	l.gwCharon.Stop()
+	waitFor(t, "the lab's charon stopped", 10*time.Second, func() error {
+		if l.gwCharon.Running() {
+			return fmt.Errorf("still running")
+		}
+		return nil
+	})
+	l.gwCharon = charontest.Start(t, l.cgw, "gw-image", gatewayCharonConfig())
 	a, b := l.newSite("a"), l.newSite("b")
 	for _, s := range []*labSite{a, b} {
 		l.configureDevice(s)
