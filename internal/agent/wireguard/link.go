@@ -77,9 +77,15 @@ func (d *Driver) convergeLink(iface rwg.Interface, routes []netip.Prefix) (map[n
 	if err != nil {
 		return nil, fmt.Errorf("device %s: listing routes: %w", d.name, err)
 	}
+	names := map[int]string{}
+	if links, err := netlink.LinkList(); err == nil {
+		for _, l := range links {
+			names[l.Attrs().Index] = l.Attrs().Name
+		}
+	}
 	existing := make([]route, 0, len(current))
 	for _, r := range current {
-		existing = append(existing, routeOf(r))
+		existing = append(existing, routeOf(r, names))
 	}
 	plan := planRoutes(wanted, existing, link.Attrs().Index)
 	var errs []error
@@ -126,8 +132,8 @@ func (d *Driver) convergeLink(iface rwg.Interface, routes []netip.Prefix) (map[n
 }
 
 // routeOf is how planRoutes sees a netlink route (a route without a destination is the
-// default route).
-func routeOf(r netlink.Route) route {
+// default route); names are the links' names by index.
+func routeOf(r netlink.Route, names map[int]string) route {
 	out := route{LinkIndex: r.LinkIndex, Protocol: int(r.Protocol)}
 	if r.Dst != nil {
 		out.Dst, _ = prefixOf(*r.Dst)
@@ -138,8 +144,8 @@ func routeOf(r netlink.Route) route {
 	}
 	var desc []string
 	if r.LinkIndex > 0 {
-		if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
-			desc = append(desc, "dev "+l.Attrs().Name)
+		if name, ok := names[r.LinkIndex]; ok {
+			desc = append(desc, "dev "+name)
 		} else {
 			desc = append(desc, fmt.Sprintf("ifindex %d", r.LinkIndex))
 		}
