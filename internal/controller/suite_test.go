@@ -3,7 +3,6 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"strings"
@@ -11,15 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
@@ -34,12 +30,6 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	// The operator's log is noise in a passing run; TEST_LOG=1 shows it.
-	logOut := io.Discard
-	if os.Getenv("TEST_LOG") != "" {
-		logOut = os.Stderr
-	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.Level(zapcore.InfoLevel)))
 	os.Exit(testenv.Main(m, func(e *testenv.Env) { env = e }))
 }
 

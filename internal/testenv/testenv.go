@@ -6,6 +6,7 @@ package testenv
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,9 +16,12 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
 )
@@ -156,6 +160,13 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 // Main runs a package's tests against one API server: it starts it, hands it to use, runs the
 // tests and stops it. For TestMain: os.Exit(testenv.Main(m, func(e *Env) { env = e })).
 func Main(m interface{ Run() int }, use func(*Env)) int {
+	// Operators started by the tests log through controller-runtime: noise in a passing run;
+	// TEST_LOG=1 shows it.
+	logOut := io.Discard
+	if os.Getenv("TEST_LOG") != "" {
+		logOut = os.Stderr
+	}
+	ctrllog.SetLogger(zap.New(zap.WriteTo(logOut), zap.Level(zapcore.InfoLevel)))
 	e, err := Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
