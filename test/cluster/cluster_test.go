@@ -84,6 +84,7 @@ func TestCluster(t *testing.T) {
 		{"6 operator restart re-creates nothing", test6OperatorRestart},
 		{"7 agent logs", test7AgentLogs},
 		{"8 no secret outside its Secret", test8NoSecretLeaks},
+		{"8b faults (BNERD_LAB_FAULTS=1)", testFaults},
 		{"9 host-network gateway deleted", test9GatewayDeleted},
 		{"10 status", test10Status},
 	}
