@@ -331,7 +331,7 @@ func CredentialSecretAllowed(secretType string) bool {
 }
 
 // HasTunnel reports whether the peer has a tunnel at all (some subnet to carry).
-func (p *Peer) HasTunnel() bool { return len(p.SourceCIDRs) > 0 }
+func (p Peer) HasTunnel() bool { return len(p.SourceCIDRs) > 0 }
 
 // Gateway problem reasons.
 const (
