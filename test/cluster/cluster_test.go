@@ -7,7 +7,7 @@
 // diagnose, 3d a proposal mismatch named, 4 a peer added live, 4b an overlapping dark peer, 4c a
 // ServiceAccount token as PSK, 4d host network only where allowed, 4e a ConfigMap carrying more
 // than the model, 5 gateway pods deleted, 6 operator restart, 7 agent logs, 8 no secret outside
-// its Secret, 9 host-network gateway deleted, 10 status.
+// its Secret, 8b the fault suite (faults_test.go), 9 host-network gateway deleted, 10 status.
 //
 // Skipped unless BNERD_LAB=1 (make e2e-cluster) and the lab's kubeconfig exists. Runs as root.
 package cluster
@@ -84,7 +84,7 @@ func TestCluster(t *testing.T) {
 		{"6 operator restart re-creates nothing", test6OperatorRestart},
 		{"7 agent logs", test7AgentLogs},
 		{"8 no secret outside its Secret", test8NoSecretLeaks},
-		{"8b faults (BNERD_LAB_FAULTS=1)", testFaults},
+		{"8b faults", testFaults},
 		{"9 host-network gateway deleted", test9GatewayDeleted},
 		{"10 status", test10Status},
 	}
