@@ -148,10 +148,10 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 		}
 		// A PSK proves one identity: no two connections may share a remote ID, or the key of
 		// one would authenticate the other's.
-		if other, dup := ids[strings.ToLower(ip.RemoteID)]; dup {
+		if other, dup := ids[model.NormalizeID(ip.RemoteID)]; dup {
 			return nil, fieldErr(pf+".ipsec.remoteID", "%q is also the remote ID of peer %q", ip.RemoteID, other)
 		}
-		ids[strings.ToLower(ip.RemoteID)] = p.Name
+		ids[model.NormalizeID(ip.RemoteID)] = p.Name
 		if err := checkSecretRef(ip.PSK); err != nil {
 			return nil, &FieldError{Field: pf + ".ipsec.psk", Err: err}
 		}
