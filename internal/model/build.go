@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -35,6 +36,10 @@ type Input struct {
 	// RefusedSecrets are the peers' credential Secrets, by name with their type, that may not
 	// hold tunnel credentials (see Scope.RefusedSecrets).
 	RefusedSecrets map[string]string
+	// ReverseClients are the addresses of the pods that may reach the reverse exposures (the
+	// gateway's namespace and those spec.reverseExposureNamespaces selects, host-network pods
+	// left out), any order; Build keeps those inside the internal source CIDRs.
+	ReverseClients []netip.Addr
 }
 
 // GatewayCIDR is a gateway's service CIDR, with the gateway's namespace/name.
@@ -136,6 +141,13 @@ func Build(in Input) (*Gateway, []Error) {
 		}
 	}
 	out.InternalSourceCIDRs = slices.Clone(in.Config.InternalSourceCIDRs)
+	out.ReverseClients = reverseClients(in.ReverseClients, out.InternalSourceCIDRs)
+	if sel := gw.Spec.ReverseExposureNamespaces; sel != nil {
+		if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+			errs.add(ReasonInvalidSpec, "spec.reverseExposureNamespaces", "not a valid label selector: %v", err)
+		}
+		out.ReverseClientNamespaces = sel.DeepCopy()
+	}
 
 	scope := Scope{LocalID: GatewayLocalID(gw, in.PublicAddress), Config: in.Config, RefusedSecrets: in.RefusedSecrets}
 	if cidrOK {
@@ -786,4 +798,18 @@ func fillGrantees(out *Gateway) {
 			}
 		}
 	}
+}
+
+// reverseClients are the valid IPv4 addresses among addrs that lie inside one of the internal
+// source CIDRs, sorted and unique.
+func reverseClients(addrs []netip.Addr, internal []netip.Prefix) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		a = a.Unmap()
+		if a.Is4() && !a.IsUnspecified() && slices.ContainsFunc(internal, func(c netip.Prefix) bool { return c.IsValid() && c.Contains(a) }) {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -513,5 +514,38 @@ func TestBuildNoPartialGrants(t *testing.T) {
 		if t.Failed() {
 			t.Fatalf("case %d: peers %+v", i, peers)
 		}
+	}
+}
+
+// The reverse clients are the tenant's pods inside the internal source CIDRs, sorted and
+// unique; anything else the caller passes (another range, IPv6, the unspecified address) is
+// dropped, and the agent-side Verify refuses a model that admits one outside them.
+func TestBuildReverseClients(t *testing.T) {
+	in := testInput()
+	a := netip.MustParseAddr
+	in.ReverseClients = []netip.Addr{a("10.244.0.9"), a("192.0.2.7"), a("10.244.0.3"), a("::ffff:10.244.0.4"), a("2001:db8::1"), a("0.0.0.0"), a("10.244.0.9")}
+	in.Gateway.Spec.ReverseExposureNamespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "acme"}}
+	gw, errs := Build(in)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	want := []netip.Addr{a("10.244.0.3"), a("10.244.0.4"), a("10.244.0.9")}
+	if !reflect.DeepEqual(gw.ReverseClients, want) {
+		t.Errorf("reverse clients %v, want %v", gw.ReverseClients, want)
+	}
+	if gw.ReverseClientNamespaces == nil || gw.ReverseClientNamespaces.MatchLabels["team"] != "acme" {
+		t.Errorf("reverse client namespaces %v", gw.ReverseClientNamespaces)
+	}
+	if err := Verify(gw); err != nil {
+		t.Fatalf("a built model fails Verify: %v", err)
+	}
+	gw.ReverseClients = append(gw.ReverseClients, a("192.0.2.7"))
+	if err := Verify(gw); err == nil || !strings.Contains(err.Error(), "192.0.2.7") {
+		t.Errorf("Verify admitted a reverse client outside the internal sources: %v", err)
+	}
+
+	in.Gateway.Spec.ReverseExposureNamespaces = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Sideways"}}}
+	if _, errs := Build(in); len(errs) == 0 || errs[0].Field != "spec.reverseExposureNamespaces" {
+		t.Errorf("an invalid selector: %v", errs)
 	}
 }

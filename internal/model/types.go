@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -92,6 +93,13 @@ type Gateway struct {
 
 	// InternalSourceCIDRs may initiate toward reverse exposures.
 	InternalSourceCIDRs []netip.Prefix `json:"internalSourceCIDRs,omitempty"`
+	// ReverseClients are the addresses that may reach the reverse exposures: the pods of the
+	// gateway's namespace and of ReverseClientNamespaces, host-network pods excluded, inside
+	// InternalSourceCIDRs. Sorted, unique.
+	ReverseClients []netip.Addr `json:"reverseClients,omitempty"`
+	// ReverseClientNamespaces selects the namespaces, besides the gateway's own, whose pods
+	// may reach the reverse exposures (spec.reverseExposureNamespaces); nil: none.
+	ReverseClientNamespaces *metav1.LabelSelector `json:"reverseClientNamespaces,omitempty"`
 
 	IPsec     *IPsecGateway     `json:"ipsec,omitempty"`
 	WireGuard *WireGuardGateway `json:"wireguard,omitempty"`

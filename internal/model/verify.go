@@ -52,6 +52,12 @@ func Verify(g *Gateway) error {
 		}
 	}
 
+	for _, a := range g.ReverseClients {
+		if !a.Is4() || !slices.ContainsFunc(g.InternalSourceCIDRs, func(c netip.Prefix) bool { return c.Contains(a) }) {
+			bad("reverse client %s is not inside the internal source CIDRs", a)
+		}
+	}
+
 	peers := make(map[string]*Peer, len(g.Peers))
 	var tunnels []PeerPrefix
 	ids := map[string]string{}

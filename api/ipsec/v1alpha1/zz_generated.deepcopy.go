@@ -221,12 +221,16 @@ func (in *IPsecGatewayStatus) DeepCopyInto(out *IPsecGatewayStatus) {
 	if in.Exposures != nil {
 		in, out := &in.Exposures, &out.Exposures
 		*out = make([]vpnv1alpha1.ExposureStatus, len(*in))
-		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	if in.ReverseExposures != nil {
 		in, out := &in.ReverseExposures, &out.ReverseExposures
 		*out = make([]vpnv1alpha1.ExposureStatus, len(*in))
-		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions

@@ -49,6 +49,14 @@ type VPNGatewaySpec struct {
 	// +optional
 	ReverseExposures []ReverseExposure `json:"reverseExposures,omitempty"`
 
+	// ReverseExposureNamespaces selects namespaces, besides the gateway's own, whose pods may
+	// reach the reverse exposures (through each one's <gateway>-<exposure> Service). Unset:
+	// only pods of the gateway's own namespace. Enforced by the gateway's NetworkPolicy and by
+	// its ruleset (which admits exactly those pods' addresses, inside the operator's
+	// internalSourceCIDRs); host-network pods are never admitted.
+	// +optional
+	ReverseExposureNamespaces *metav1.LabelSelector `json:"reverseExposureNamespaces,omitempty"`
+
 	// IPsec settings (protocol ipsec).
 	// +optional
 	IPsec *IPsecGatewaySettings `json:"ipsec,omitempty"`
@@ -311,6 +319,13 @@ type VPNGatewayStatus struct {
 type ExposureStatus struct {
 	Name      string `json:"name"`
 	VirtualIP string `json:"virtualIP,omitempty"`
+	// Service (reverse exposures) is the ClusterIP Service in the gateway's namespace that
+	// in-cluster clients connect to: <gateway>-<exposure>.
+	// +optional
+	Service string `json:"service,omitempty"`
+	// Ports (reverse exposures) are the Service's ports, as "5432/TCP".
+	// +optional
+	Ports []string `json:"ports,omitempty"`
 }
 
 // VPNGateway is one client's VPN gateway pod.

@@ -37,6 +37,7 @@ func benchGateway(n int) *model.Gateway {
 	}
 	g.Peers[0].ReverseExposures = []string{"console"}
 	g.InternalSourceCIDRs = []netip.Prefix{pfx("198.51.100.0/24")}
+	g.ReverseClients = []netip.Addr{addr("198.51.100.10")}
 	g.ReverseExposures = []model.ReverseExposure{{Name: "console", VirtualIP: addr("100.64.7.20"), Target: addr("100.96.0.1"), Grantee: g.Peers[0].Name,
 		Ports: []model.Port{{Protocol: "tcp", Port: 22, TargetPort: 22, GatewayPort: 20000}}}}
 	return g

@@ -125,6 +125,7 @@ func renderCases() []renderCase {
 				})
 				g.Peers[0].ReverseExposures = []string{"plc"}
 				g.InternalSourceCIDRs = []netip.Prefix{pfx("198.51.100.0/24"), pfx("192.0.2.0/24"), pfx("198.51.100.128/25")}
+				g.ReverseClients = []netip.Addr{addr("198.51.100.7"), addr("192.0.2.9"), addr("198.51.100.200")}
 				g.ReverseExposures = []model.ReverseExposure{
 					{Name: "plc", VirtualIP: addr("100.64.7.20"), Target: addr("203.0.113.5"), Grantee: "plant",
 						Ports: []model.Port{{Protocol: "tcp", Port: 502, TargetPort: 502, GatewayPort: 20000}, {Protocol: "udp", Port: 161, TargetPort: 161, GatewayPort: 20001}}},
@@ -207,6 +208,7 @@ func renderCases() []renderCase {
 				})
 				g.Endpoint = model.Endpoint{Kind: model.EndpointHostNetwork, NodeName: "node-1", HostAddress: addr("198.51.100.1")}
 				g.InternalSourceCIDRs = []netip.Prefix{pfx("10.244.0.0/16")}
+				g.ReverseClients = []netip.Addr{addr("10.244.0.5"), addr("10.244.0.6")}
 				g.ReverseExposures = []model.ReverseExposure{{Name: "ldap", Grantee: "hq", VirtualIP: addr("100.64.7.20"), Target: addr("203.0.113.5"),
 					Ports: []model.Port{{Protocol: "tcp", Port: 389, TargetPort: 389, GatewayPort: 20000}}}}
 				return g

@@ -97,6 +97,9 @@ func fuzzGateway(names [3]string, expName, proto string, raw []byte) *model.Gate
 	}
 	if f := r.next(); f&1 == 1 {
 		g.InternalSourceCIDRs = []netip.Prefix{r.prefix(), r.prefix()}
+		if r.next()&1 == 0 { // a tenant with pods; else none (nothing reverse is rendered)
+			g.ReverseClients = []netip.Addr{g.InternalSourceCIDRs[0].Addr(), g.InternalSourceCIDRs[1].Addr(), g.InternalSourceCIDRs[0].Addr()}
+		}
 		grantee := g.Peers[int(f>>1)%3]
 		target := r.addr()
 		if len(grantee.SourceCIDRs) > 0 && f&0x80 == 0 {
@@ -358,7 +361,7 @@ func checkLoaded(t testing.TB, g *model.Gateway, listJSON string) {
 
 	// Reverse exposures: present exactly when there are internal sources and a grantee.
 	var wantRev []string
-	if len(g.InternalSourceCIDRs) > 0 {
+	if len(g.ReverseClients) > 0 {
 		for _, r := range g.ReverseExposures {
 			if r.Grantee == "" {
 				continue
@@ -378,18 +381,21 @@ func checkLoaded(t testing.TB, g *model.Gateway, listJSON string) {
 		t.Fatalf("rev_dnat %v, want %v", gotRev, wantRev)
 	}
 	if len(wantRev) > 0 {
-		var got, want []span
-		for _, e := range l.elems["internal_sources"] {
-			got = append(got, jsonSpan(t, e[0]))
+		var got, want []string
+		for _, e := range l.elems["reverse_clients"] {
+			got = append(got, jsonText(e[0]))
 		}
-		for _, s := range g.InternalSourceCIDRs {
-			want = append(want, spanOf(s))
+		for _, a := range g.ReverseClients {
+			want = append(want, a.String())
 		}
-		if !slices.Equal(union(got), union(want)) {
-			t.Fatalf("internal_sources %v, want %v", union(got), union(want))
+		slices.Sort(want)
+		want = slices.Compact(want)
+		sort.Strings(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("reverse_clients %v, want %v", got, want)
 		}
-	} else if _, ok := l.elems["internal_sources"]; ok {
-		t.Fatal("internal_sources rendered without any reverse exposure to serve")
+	} else if _, ok := l.elems["reverse_clients"]; ok {
+		t.Fatal("reverse_clients rendered without any reverse exposure to serve")
 	}
 }
 

@@ -24,6 +24,9 @@ const (
 	gwCluster  = "192.0.2.1"
 	backendIP  = "192.0.2.10"
 	internalIP = "198.51.100.10"
+	// otherTenantIP is inside internalSourceCIDRs but not a reverse client: a pod of another
+	// namespace.
+	otherTenantIP = "198.51.100.11"
 	peerAIP    = "203.0.113.2"
 	peerBIP    = "203.0.113.18"
 	peerCIP    = "203.0.113.34"
@@ -44,6 +47,7 @@ func labGateway() *model.Gateway {
 	})
 	g.Peers[0].ReverseExposures = []string{"plc"}
 	g.InternalSourceCIDRs = []netip.Prefix{pfx("198.51.100.0/24")}
+	g.ReverseClients = []netip.Addr{addr(internalIP)}
 	g.ReverseExposures = []model.ReverseExposure{{
 		Name: "plc", VirtualIP: addr(vipPLC), Target: addr(peerAIP), Grantee: "peer-a",
 		Ports: []model.Port{
@@ -55,7 +59,7 @@ func labGateway() *model.Gateway {
 }
 
 type lab struct {
-	gw, tun, peerA, peerB, peerC, backend, internal *netns.NS
+	gw, tun, peerA, peerB, peerC, backend, internal, otherTenant *netns.NS
 }
 
 func newLab(t *testing.T, ruleset string) *lab {
@@ -63,7 +67,7 @@ func newLab(t *testing.T, ruleset string) *lab {
 	run := netns.NewRun(t, "bnftp")
 	l := &lab{
 		gw: run.NS("gw"), tun: run.NS("tun"), peerA: run.NS("peer-a"), peerB: run.NS("peer-b"), peerC: run.NS("peer-c"),
-		backend: run.NS("backend"), internal: run.NS("internal"),
+		backend: run.NS("backend"), internal: run.NS("internal"), otherTenant: run.NS("other"),
 	}
 	// The ruleset first: fail-closed, as the agent does it.
 	if out, err := l.gw.RunInput(ruleset, "nft", "-f", "-"); err != nil {
@@ -103,6 +107,11 @@ func newLab(t *testing.T, ruleset string) *lab {
 	l.backend.MustRun("ip", "addr", "add", "198.51.100.1/24", "dev", "toin")
 	l.internal.MustRun("ip", "addr", "add", internalIP+"/24", "dev", "eth0")
 	l.internal.MustRun("ip", "route", "add", "default", "via", "198.51.100.1")
+	netns.Veth(l.backend, "toother", l.otherTenant, "eth0")
+	l.backend.MustRun("ip", "addr", "add", "198.51.100.1/32", "dev", "toother")
+	l.backend.MustRun("ip", "route", "add", otherTenantIP+"/32", "dev", "toother")
+	l.otherTenant.MustRun("ip", "addr", "add", otherTenantIP+"/32", "dev", "eth0")
+	l.otherTenant.MustRun("ip", "route", "add", "default", "via", "198.51.100.1", "dev", "eth0", "onlink")
 	l.backend.Sysctl("net.ipv4.ip_forward", "1")
 	l.gw.Sysctl("net.ipv4.ip_forward", "1")
 
@@ -228,6 +237,12 @@ func TestRealPackets(t *testing.T) {
 	t.Run("reverse exposure refuses a source outside internalSourceCIDRs", func(t *testing.T) {
 		expectNoAnswer(t, tcpAsk, l.backend, gwCluster, 20000)
 		expectNoAnswer(t, udpAsk, l.backend, gwCluster, 20001)
+	})
+
+	t.Run("reverse exposure refuses another tenant's pod inside internalSourceCIDRs", func(t *testing.T) {
+		expectAnswer(t, tcpAsk, l.otherTenant, backendIP, 8080, "web "+otherTenantIP) // it is routed
+		expectNoAnswer(t, tcpAsk, l.otherTenant, gwCluster, 20000)
+		expectNoAnswer(t, udpAsk, l.otherTenant, gwCluster, 20001)
 	})
 
 	t.Run("traffic toward a peer that is not a reverse exposure is dropped and counted", func(t *testing.T) {

@@ -11,8 +11,9 @@
 //   - prerouting (nat): a packet from the tunnel whose (source . virtual IP . protocol . port)
 //     is in the interval set fwd_grants (the granting peers' subnets) gets ct mark MarkForward
 //     and is DNATed through the map fwd_dnat; nothing else from the tunnel is translated. A
-//     packet on the cluster interface to a local address, from internal_sources, on a gateway
-//     port in rev_dnat gets ct mark MarkReverse and is DNATed to the reverse target.
+//     packet on the cluster interface to a local address, from reverse_clients (the pods of the
+//     gateway's tenant), on a gateway port in rev_dnat gets ct mark MarkReverse and is DNATed
+//     to the reverse target.
 //   - route_mark (prerouting, after the DNAT) and route_mark_out (output, type route): every
 //     packet of a MarkForward or MarkReverse flow gets the packet mark RouteMark, the only
 //     packets for which charon's routes into the tunnel (table 220) are consulted.
@@ -28,10 +29,10 @@
 //     or into it (oifname/rt ipsec exists) — so the node's other flows, a pod's toward an
 //     address inside a peer's subnet included, never meet a rule of the gateway. The forward
 //     DNAT matches the tunnel too; the reverse DNAT only the gateway's own ports on a local
-//     address from internal_sources.
+//     address from reverse_clients, arriving on any device but the tunnel's.
 //
-// Reverse rules exist only when the gateway has internalSourceCIDRs and a reverse exposure with
-// a grantee. Where peers' subnets overlap, each address counts for one peer: an authorized one
+// Reverse rules exist only when the gateway has reverse clients (inside internalSourceCIDRs)
+// and a reverse exposure with a grantee. Where peers' subnets overlap, each address counts for one peer: an authorized one
 // first, then the most specific subnet, then the first peer by name.
 //
 // Rendering is pure: it reads a validated model.Gateway and Options and returns text or an
@@ -212,8 +213,16 @@ type plan struct {
 	counterStart map[string]CounterValue
 	peerIn       []owned // counter map elements, owner indexes peerCounters
 	forward      []forwardPort
-	internal     []netip.Prefix
+	clients      []netip.Addr // reverse clients (pods allowed to reach reverse exposures)
 	reverse      []reversePort
+}
+
+// notFromTunnel matches packets that did not come out of the tunnel.
+func (p *plan) notFromTunnel() string {
+	if rest, ok := strings.CutPrefix(p.tunnelIn, "iifname "); ok {
+		return "iifname != " + rest
+	}
+	return "meta ipsec missing"
 }
 
 // Render returns the gateway's ruleset for `nft -f`, or why it cannot be rendered (a model
@@ -342,7 +351,17 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 				return nil, err
 			}
 		}
-		p.internal = mergedPrefixes(g.InternalSourceCIDRs)
+		for _, a := range g.ReverseClients {
+			if err := checkAddr("reverse client", a); err != nil {
+				return nil, err
+			}
+			if !slices.ContainsFunc(g.InternalSourceCIDRs, func(c netip.Prefix) bool { return c.Contains(a) }) {
+				return nil, fmt.Errorf("reverse client %s is outside the internal source CIDRs", a)
+			}
+		}
+		p.clients = slices.Clone(g.ReverseClients)
+		slices.SortFunc(p.clients, netip.Addr.Compare)
+		p.clients = slices.Compact(p.clients)
 		gwPorts := make(map[uint16]string)
 		for _, r := range g.ReverseExposures {
 			if r.Grantee == "" {
@@ -409,8 +428,8 @@ func (p *plan) elements() int {
 	for _, f := range p.forward {
 		n += len(f.grants)
 	}
-	if len(p.internal) > 0 && len(p.reverse) > 0 {
-		n += len(p.internal) + 2*len(p.reverse)
+	if len(p.clients) > 0 && len(p.reverse) > 0 {
+		n += len(p.clients) + 2*len(p.reverse)
 	}
 	return n
 }
@@ -496,13 +515,13 @@ func (p *plan) write() string {
 	writeElements(&b, notes, elems)
 	w("\t}\n")
 
-	reverse := len(p.internal) > 0 && len(p.reverse) > 0
+	reverse := len(p.clients) > 0 && len(p.reverse) > 0
 	if reverse {
-		w("\n\t# Reverse exposures: internal sources (operator's internalSourceCIDRs).\n")
-		w("\tset internal_sources {\n\t\ttype ipv4_addr\n\t\tflags interval\n")
+		w("\n\t# Reverse exposures: the pods that may reach them (the gateway's tenant), inside internalSourceCIDRs.\n")
+		w("\tset reverse_clients {\n\t\ttype ipv4_addr\n")
 		elems = nil
-		for _, s := range p.internal {
-			elems = append(elems, s.String())
+		for _, a := range p.clients {
+			elems = append(elems, a.String())
 		}
 		writeElements(&b, nil, elems)
 		w("\t}\n\n")
@@ -532,7 +551,14 @@ func (p *plan) write() string {
 	w("\t\t# A peer's packet is translated only when its source is granted; nothing else is.\n")
 	w("\t\t%s ip saddr . ip daddr . meta l4proto . th dport @fwd_grants ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @fwd_dnat\n", p.tunnelIn, MarkForward)
 	if reverse {
-		w("\t\t%s fib daddr type local ip saddr @internal_sources meta l4proto . th dport @rev_dnat ct mark set 0x%08x dnat ip to meta l4proto . th dport map @rev_dnat\n", "iifname "+p.cluster, MarkReverse)
+		// In a pod the clients arrive on its cluster interface; on the node they arrive on the
+		// CNI's bridge or veths (any device but the tunnel's), sent by kube-proxy to the node's
+		// address and the gateway's port.
+		from := "iifname " + p.cluster
+		if p.sharedNetns {
+			from = p.notFromTunnel()
+		}
+		w("\t\t%s fib daddr type local ip saddr @reverse_clients meta l4proto . th dport @rev_dnat ct mark set 0x%08x dnat ip to meta l4proto . th dport map @rev_dnat\n", from, MarkReverse)
 	}
 	w("\t}\n\n")
 

@@ -195,16 +195,25 @@ func TestRenderRefuses(t *testing.T) {
 		{"duplicate peer", func(g *model.Gateway, _ *Options) { g.Peers[1].Name = g.Peers[0].Name }, "twice"},
 		{"reverse target outside grantee", func(g *model.Gateway, _ *Options) {
 			g.InternalSourceCIDRs = []netip.Prefix{pfx("198.51.100.0/24")}
+			g.ReverseClients = []netip.Addr{addr("198.51.100.9")}
 			g.ReverseExposures = []model.ReverseExposure{{Name: "r", VirtualIP: addr("100.64.7.20"), Target: addr("192.0.2.1"), Grantee: "vendor",
 				Ports: []model.Port{{Protocol: "tcp", Port: 22, TargetPort: 22, GatewayPort: 20000}}}}
 		}, "not inside the subnets"},
+		{"reverse client outside the internal sources", func(g *model.Gateway, _ *Options) {
+			g.InternalSourceCIDRs = []netip.Prefix{pfx("198.51.100.0/24")}
+			g.ReverseClients = []netip.Addr{addr("192.0.2.9")}
+			g.ReverseExposures = []model.ReverseExposure{{Name: "r", VirtualIP: addr("100.64.7.20"), Target: addr("198.51.100.5"), Grantee: "vendor",
+				Ports: []model.Port{{Protocol: "tcp", Port: 22, TargetPort: 22, GatewayPort: 20000}}}}
+		}, "outside the internal source CIDRs"},
 		{"reverse without gateway port", func(g *model.Gateway, _ *Options) {
 			g.InternalSourceCIDRs = []netip.Prefix{pfx("198.51.100.0/24")}
+			g.ReverseClients = []netip.Addr{addr("198.51.100.9")}
 			g.ReverseExposures = []model.ReverseExposure{{Name: "r", VirtualIP: addr("100.64.7.20"), Target: addr("198.51.100.5"), Grantee: "vendor",
 				Ports: []model.Port{{Protocol: "tcp", Port: 22, TargetPort: 22}}}}
 		}, "no gateway port"},
 		{"reverse duplicate gateway port", func(g *model.Gateway, _ *Options) {
 			g.InternalSourceCIDRs = []netip.Prefix{pfx("198.51.100.0/24")}
+			g.ReverseClients = []netip.Addr{addr("198.51.100.9")}
 			g.ReverseExposures = []model.ReverseExposure{{Name: "r", VirtualIP: addr("100.64.7.20"), Target: addr("198.51.100.5"), Grantee: "vendor",
 				Ports: []model.Port{{Protocol: "tcp", Port: 22, TargetPort: 22, GatewayPort: 20000}, {Protocol: "udp", Port: 22, TargetPort: 22, GatewayPort: 20000}}}}
 		}, "gateway port 20000"},
