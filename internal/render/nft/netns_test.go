@@ -27,12 +27,12 @@ const (
 	// otherTenantIP is inside internalSourceCIDRs but not a reverse client: a pod of another
 	// namespace.
 	otherTenantIP = "198.51.100.11"
-	peerAIP    = "203.0.113.2"
-	peerBIP    = "203.0.113.18"
-	peerCIP    = "203.0.113.34"
-	vipWeb     = "100.64.7.10" // web tcp/80 and dns udp/53: peer-a only
-	vipAdmin   = "100.64.7.11" // admin tcp/80: peer-b only
-	vipPLC     = "100.64.7.20" // reverse exposure into peer-a
+	peerAIP       = "203.0.113.2"
+	peerBIP       = "203.0.113.18"
+	peerCIP       = "203.0.113.34"
+	vipWeb        = "100.64.7.10" // web tcp/80 and dns udp/53: peer-a only
+	vipAdmin      = "100.64.7.11" // admin tcp/80: peer-b only
+	vipPLC        = "100.64.7.20" // reverse exposure into peer-a
 )
 
 func labGateway() *model.Gateway {
