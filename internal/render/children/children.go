@@ -111,22 +111,29 @@ type Options struct {
 	OperatorNamespace string
 }
 
-// Children are a gateway's rendered Kubernetes objects. All of them are always set.
+// Children are a gateway's rendered Kubernetes objects. All of them are always set, except
+// ReverseServices, one per reverse exposure.
 type Children struct {
-	ServiceAccount *corev1ac.ServiceAccountApplyConfiguration
-	Role           *rbacv1ac.RoleApplyConfiguration
-	RoleBinding    *rbacv1ac.RoleBindingApplyConfiguration
-	ConfigMap      *corev1ac.ConfigMapApplyConfiguration
-	Deployment     *appsv1ac.DeploymentApplyConfiguration
-	NetworkPolicy  *networkingv1ac.NetworkPolicyApplyConfiguration
+	ServiceAccount  *corev1ac.ServiceAccountApplyConfiguration
+	Role            *rbacv1ac.RoleApplyConfiguration
+	RoleBinding     *rbacv1ac.RoleBindingApplyConfiguration
+	ConfigMap       *corev1ac.ConfigMapApplyConfiguration
+	Deployment      *appsv1ac.DeploymentApplyConfiguration
+	NetworkPolicy   *networkingv1ac.NetworkPolicyApplyConfiguration
+	ReverseServices []*corev1ac.ServiceApplyConfiguration
 }
 
 // Objects returns the children in a fixed apply order: identity and permissions first, then
-// the configuration, then the workload that consumes them, then its network policy.
+// the configuration, then the workload that consumes them, then its network policy, then the
+// reverse exposures' Services.
 func (c *Children) Objects() []runtime.ApplyConfiguration {
-	return []runtime.ApplyConfiguration{
+	out := []runtime.ApplyConfiguration{
 		c.ServiceAccount, c.Role, c.RoleBinding, c.ConfigMap, c.Deployment, c.NetworkPolicy,
 	}
+	for _, s := range c.ReverseServices {
+		out = append(out, s)
+	}
+	return out
 }
 
 // Name is the name of every child of the gateway except the ConfigMap:
@@ -166,12 +173,13 @@ func Render(gw *model.Gateway, owner metav1.OwnerReference, opts Options) (*Chil
 		return nil, err
 	}
 	return &Children{
-		ServiceAccount: renderServiceAccount(gw, owner),
-		Role:           renderRole(gw, owner),
-		RoleBinding:    renderRoleBinding(gw, owner),
-		ConfigMap:      cm,
-		Deployment:     renderDeployment(gw, owner, opts),
-		NetworkPolicy:  renderNetworkPolicy(gw, owner, opts),
+		ServiceAccount:  renderServiceAccount(gw, owner),
+		Role:            renderRole(gw, owner),
+		RoleBinding:     renderRoleBinding(gw, owner),
+		ConfigMap:       cm,
+		Deployment:      renderDeployment(gw, owner, opts),
+		NetworkPolicy:   renderNetworkPolicy(gw, owner, opts),
+		ReverseServices: renderReverseServices(gw, owner),
 	}, nil
 }
 
@@ -238,6 +246,21 @@ func validate(gw *model.Gateway, owner metav1.OwnerReference, opts *Options) err
 	for i, p := range gw.InternalSourceCIDRs {
 		if !p.IsValid() {
 			bad("internalSourceCIDRs[%d] is invalid", i)
+		}
+	}
+	for _, r := range gw.ReverseExposures {
+		for _, msg := range validation.IsDNS1035Label(ReverseServiceName(gw.Name, r.Name)) {
+			bad("reverse exposure %q: Service name %q is invalid: %s", r.Name, ReverseServiceName(gw.Name, r.Name), msg)
+		}
+		for _, p := range r.Ports {
+			if p.GatewayPort == 0 || p.Port == 0 || (p.Protocol != "tcp" && p.Protocol != "udp") {
+				bad("reverse exposure %q: port %+v is incomplete", r.Name, p)
+			}
+		}
+	}
+	if sel := gw.ReverseClientNamespaces; sel != nil {
+		if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+			bad("reverse client namespaces: %v", err)
 		}
 	}
 

@@ -105,6 +105,9 @@ func TestMetadataOwnerReferencesAndLabels(t *testing.T) {
 			owner := ownerOf(gw)
 			c := mustRender(t, gw, tc.opts)
 			wantKinds := []string{"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "NetworkPolicy"}
+			for range gw.ReverseExposures {
+				wantKinds = append(wantKinds, "Service")
+			}
 			objs := c.Objects()
 			if len(objs) != len(wantKinds) {
 				t.Fatalf("got %d children, want %d", len(objs), len(wantKinds))
@@ -118,8 +121,11 @@ func TestMetadataOwnerReferencesAndLabels(t *testing.T) {
 					t.Errorf("child %d: kind %q, want %q", i, kind, wantKinds[i])
 				}
 				wantName := gw.Name + "-gateway"
-				if kind == "ConfigMap" {
+				switch kind {
+				case "ConfigMap":
 					wantName = gw.Name + "-gateway-config"
+				case "Service":
+					wantName = gw.Name + "-" + gw.ReverseExposures[i-6].Name
 				}
 				if meta.Name != wantName || meta.Namespace != gw.Namespace {
 					t.Errorf("%s: named %s/%s, want %s/%s", kind, meta.Namespace, meta.Name, gw.Namespace, wantName)
@@ -132,6 +138,9 @@ func TestMetadataOwnerReferencesAndLabels(t *testing.T) {
 					"app.kubernetes.io/instance":   gw.Name,
 					"app.kubernetes.io/managed-by": "bnerd-vpn-operator",
 					"vpn.bnerd.net/gateway":        gw.Name,
+				}
+				if kind == "Service" {
+					wantLabels["vpn.bnerd.net/reverse-exposure"] = gw.ReverseExposures[i-6].Name
 				}
 				if !reflect.DeepEqual(meta.Labels, wantLabels) {
 					t.Errorf("%s: labels %v, want %v", kind, meta.Labels, wantLabels)
@@ -669,6 +678,23 @@ func TestNetworkPolicy(t *testing.T) {
 					case f.NamespaceSelector != nil && f.PodSelector == nil &&
 						reflect.DeepEqual(*f.NamespaceSelector, *metav1ac.LabelSelector()):
 						from = append(from, "cluster")
+					case f.NamespaceSelector != nil && f.PodSelector == nil && f.NamespaceSelector.MatchExpressions == nil &&
+						reflect.DeepEqual(f.NamespaceSelector.MatchLabels, map[string]string{"kubernetes.io/metadata.name": gw.Namespace}):
+						from = append(from, "own-namespace")
+					case f.NamespaceSelector != nil && f.PodSelector == nil && gw.ReverseClientNamespaces != nil:
+						sel, err := metav1.LabelSelectorAsSelector(gw.ReverseClientNamespaces)
+						if err != nil {
+							t.Fatal(err)
+						}
+						got := &metav1.LabelSelector{MatchLabels: f.NamespaceSelector.MatchLabels}
+						for _, e := range f.NamespaceSelector.MatchExpressions {
+							got.MatchExpressions = append(got.MatchExpressions, metav1.LabelSelectorRequirement{Key: *e.Key, Operator: *e.Operator, Values: e.Values})
+						}
+						gotSel, err := metav1.LabelSelectorAsSelector(got)
+						if err != nil || gotSel.String() != sel.String() {
+							t.Errorf("namespace selector %v, want %v", gotSel, sel)
+						}
+						from = append(from, "selected-namespaces")
 					default:
 						from = append(from, "other")
 					}
@@ -685,12 +711,18 @@ func TestNetworkPolicy(t *testing.T) {
 			} else {
 				want = append(want, fmt.Sprintf("ports=[UDP/%d] from=[]", gw.WireGuard.ListenPort))
 			}
-			if len(gw.InternalSourceCIDRs) > 0 {
-				var cidrs []string
-				for _, p := range gw.InternalSourceCIDRs {
-					cidrs = append(cidrs, p.String())
+			if len(gw.ReverseExposures) > 0 {
+				var ports []string
+				for _, r := range gw.ReverseExposures {
+					for _, p := range r.Ports {
+						ports = append(ports, fmt.Sprintf("%s/%d", strings.ToUpper(p.Protocol), p.GatewayPort))
+					}
 				}
-				want = append(want, fmt.Sprintf("ports=[] from=%v", cidrs))
+				from := []string{"own-namespace"}
+				if gw.ReverseClientNamespaces != nil {
+					from = append(from, "selected-namespaces")
+				}
+				want = append(want, fmt.Sprintf("ports=%v from=%v", ports, from))
 			}
 			want = append(want, fmt.Sprintf("ports=[TCP/%d] from=[cluster]", metrics))
 			if !slices.Equal(got, want) {
@@ -812,5 +844,35 @@ func TestOnlyTheAgentHoldsAToken(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Each reverse exposure's Service selects the gateway pod and sends each exposure port to the
+// gateway port the ruleset DNATs from; the status lists the same ports.
+func TestReverseServices(t *testing.T) {
+	gw := ipsecHostNetworkTwoPeers()
+	c := mustRender(t, gw, Options{AgentImage: testAgentImage, StrongSwanImage: testStrongSwanImage})
+	if len(c.ReverseServices) != 1 {
+		t.Fatalf("%d reverse Services, want 1", len(c.ReverseServices))
+	}
+	svc := c.ReverseServices[0]
+	if *svc.Name != "gamma-erp" || *svc.Spec.Type != corev1.ServiceTypeClusterIP || !reflect.DeepEqual(svc.Spec.Selector, SelectorLabels(gw.Name)) {
+		t.Errorf("Service %s type %v selector %v", *svc.Name, *svc.Spec.Type, svc.Spec.Selector)
+	}
+	var got []string
+	for _, p := range svc.Spec.Ports {
+		got = append(got, fmt.Sprintf("%s %s %d->%s", *p.Name, *p.Protocol, *p.Port, p.TargetPort.String()))
+	}
+	if want := []string{"tcp-1433 TCP 1433->20000", "udp-161 UDP 161->20001"}; !slices.Equal(got, want) {
+		t.Errorf("ports %q, want %q", got, want)
+	}
+	if got, want := ReverseServicePorts(gw.ReverseExposures[0]), []string{"1433/TCP", "161/UDP"}; !slices.Equal(got, want) {
+		t.Errorf("status ports %q, want %q", got, want)
+	}
+
+	gw.Name = "a-very-long-gateway-name-of-forty-chars"
+	gw.ReverseExposures[0].Name = "and-an-exposure-name-that-is-too-long"
+	if _, err := Render(gw, ownerOf(gw), Options{AgentImage: testAgentImage, StrongSwanImage: testStrongSwanImage}); err == nil || !strings.Contains(err.Error(), "Service name") {
+		t.Errorf("a Service name over 63 characters: %v", err)
 	}
 }

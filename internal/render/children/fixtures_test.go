@@ -152,11 +152,16 @@ func ipsecHostNetworkTwoPeers() *model.Gateway {
 		ServiceCIDR:         pfx("100.64.2.0/24"),
 		LocalAddress:        addr("100.64.2.1"),
 		InternalSourceCIDRs: []netip.Prefix{pfx("10.244.0.0/16"), pfx("172.16.0.0/12")},
+		ReverseClients:      []netip.Addr{addr("10.244.0.12"), addr("10.244.1.7")},
+		ReverseClientNamespaces: &metav1.LabelSelector{
+			MatchLabels:      map[string]string{"tenant": "gamma"},
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "env", Operator: metav1.LabelSelectorOpIn, Values: []string{"prod", "staging"}}},
+		},
 		ReverseExposures: []model.ReverseExposure{{
 			Name:      "erp",
 			VirtualIP: addr("100.64.2.20"),
 			Target:    addr("192.168.20.5"),
-			Ports:     []model.Port{{Protocol: "tcp", Port: 1433, TargetPort: 1433}},
+			Ports:     []model.Port{{Protocol: "tcp", Port: 1433, TargetPort: 1433, GatewayPort: 20000}, {Protocol: "udp", Port: 161, TargetPort: 1161, GatewayPort: 20001}},
 			Grantee:   "branch-a",
 		}},
 		IPsec: defaultIKE(),

@@ -13,7 +13,9 @@ import (
 
 // renderNetworkPolicy admits, into the gateway pod:
 //   - the tunnel's ports from anywhere (IPsec: UDP 500 and 4500; WireGuard: its listen port),
-//   - everything from the internal source CIDRs (they reach reverse exposures on the pod),
+//   - the reverse exposures' gateway ports from the pods of the gateway's own namespace and of
+//     the namespaces spec.reverseExposureNamespaces selects (the tenant; the gateway's ruleset
+//     admits exactly those pods' addresses too),
 //   - the metrics port (TCP) from any pod in the cluster.
 //
 // Egress is not restricted. IPsec is always UDP-encapsulated here: a gateway pod sits behind
@@ -40,14 +42,23 @@ func renderNetworkPolicy(gw *model.Gateway, owner metav1.OwnerReference, opts Op
 	// No "from": the peers connect from anywhere.
 	rules := []*networkingv1ac.NetworkPolicyIngressRuleApplyConfiguration{tunnel}
 
-	if len(gw.InternalSourceCIDRs) > 0 {
-		internal := networkingv1ac.NetworkPolicyIngressRule()
-		for _, p := range gw.InternalSourceCIDRs {
-			internal.WithFrom(networkingv1ac.NetworkPolicyPeer().
-				WithIPBlock(networkingv1ac.IPBlock().WithCIDR(p.Masked().String())))
+	if len(gw.ReverseExposures) > 0 {
+		reverse := networkingv1ac.NetworkPolicyIngressRule().WithFrom(
+			networkingv1ac.NetworkPolicyPeer().WithNamespaceSelector(metav1ac.LabelSelector().
+				WithMatchLabels(map[string]string{corev1.LabelMetadataName: gw.Namespace})))
+		if sel := gw.ReverseClientNamespaces; sel != nil {
+			reverse.WithFrom(networkingv1ac.NetworkPolicyPeer().WithNamespaceSelector(labelSelector(sel)))
 		}
-		// No "ports": all ports (reverse exposures listen on ports allocated per exposure).
-		rules = append(rules, internal)
+		for _, r := range gw.ReverseExposures {
+			for _, p := range r.Ports {
+				proto := tcp
+				if p.Protocol == "udp" {
+					proto = udp
+				}
+				reverse.WithPorts(port(proto, int32(p.GatewayPort)))
+			}
+		}
+		rules = append(rules, reverse)
 	}
 
 	rules = append(rules, networkingv1ac.NetworkPolicyIngressRule().
@@ -62,4 +73,17 @@ func renderNetworkPolicy(gw *model.Gateway, owner metav1.OwnerReference, opts Op
 			WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(gw.Name))).
 			WithPolicyTypes(networkingv1.PolicyTypeIngress).
 			WithIngress(rules...))
+}
+
+// labelSelector is sel as an apply configuration.
+func labelSelector(sel *metav1.LabelSelector) *metav1ac.LabelSelectorApplyConfiguration {
+	out := metav1ac.LabelSelector()
+	if len(sel.MatchLabels) > 0 {
+		out.WithMatchLabels(sel.MatchLabels)
+	}
+	for _, req := range sel.MatchExpressions {
+		out.WithMatchExpressions(metav1ac.LabelSelectorRequirement().
+			WithKey(req.Key).WithOperator(req.Operator).WithValues(req.Values...))
+	}
+	return out
 }
