@@ -36,7 +36,7 @@ type child struct {
 }
 
 func childrenOf(k *children.Children) []child {
-	return []child{
+	out := []child{
 		{k.ServiceAccount, func(a map[string]string) { k.ServiceAccount.WithAnnotations(a) }, &corev1.ServiceAccount{}},
 		{k.Role, func(a map[string]string) { k.Role.WithAnnotations(a) }, &rbacv1.Role{}},
 		{k.RoleBinding, func(a map[string]string) { k.RoleBinding.WithAnnotations(a) }, &rbacv1.RoleBinding{}},
@@ -44,6 +44,10 @@ func childrenOf(k *children.Children) []child {
 		{k.NetworkPolicy, func(a map[string]string) { k.NetworkPolicy.WithAnnotations(a) }, &networkingv1.NetworkPolicy{}},
 		{k.Deployment, func(a map[string]string) { k.Deployment.WithAnnotations(a) }, &appsv1.Deployment{}},
 	}
+	for _, svc := range k.ReverseServices {
+		out = append(out, child{svc, func(a map[string]string) { svc.WithAnnotations(a) }, &corev1.Service{}})
+	}
+	return out
 }
 
 // applyAll server-side applies every child whose rendered form differs from what was last

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -46,7 +47,7 @@ import (
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;serviceaccounts;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups="",resources=nodes;namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes;namespaces;pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
@@ -91,8 +92,11 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(gatewayOfPeer), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfService)).
 		// The admin labelling a namespace allows (or stops) its host-network gateways.
-		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.hostNetworkGatewaysOfNamespace),
+		// and changes which namespaces' pods reach reverse exposures.
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfNamespace),
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		// A tenant's pod gaining or losing an address changes who reaches reverse exposures.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod), builder.WithPredicates(podAddressesChanged)).
 		// A peer's Secret appearing (or being replaced by one of another type) changes whether
 		// the gateway may read it.
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfSecret)).
@@ -126,6 +130,16 @@ func (r *GatewayReconciler) sameNode(ctx context.Context, o client.Object) []rec
 	for i := range list.Items {
 		if list.Items[i].UID != o.GetUID() {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return reqs
+}
+
+func (r *GatewayReconciler) gatewaysOfNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	reqs := r.hostNetworkGatewaysOfNamespace(ctx, o)
+	for _, req := range r.reverseGatewaysOfNamespace(ctx, o.GetName(), o.GetLabels()) {
+		if !slices.Contains(reqs, req) {
+			reqs = append(reqs, req)
 		}
 	}
 	return reqs
@@ -359,6 +373,10 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 	if err != nil {
 		return err
 	}
+	clients, err := r.reverseClients(ctx, s.gw)
+	if err != nil {
+		return err
+	}
 	s.built, s.buildErrs = model.Build(model.Input{
 		Gateway:           s.gw,
 		Peers:             s.peers,
@@ -369,6 +387,7 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 		NodeAddresses:     nodes,
 		OtherServiceCIDRs: r.alloc.othersHolding(s.gw, targetAddresses(s.gw, services)),
 		RefusedSecrets:    refused,
+		ReverseClients:    clients,
 	})
 	if s.built == nil && len(s.buildErrs) > 0 && !s.configWasInvalid() {
 		r.Recorder.Eventf(s.gw, nil, corev1.EventTypeWarning, s.buildErrs[0].Reason, "Validate", "%s", truncate(joinErrors(s.buildErrs), 1000))
@@ -520,7 +539,15 @@ func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope) 
 		}
 		kids.Deployment.Spec.Template.WithAnnotations(map[string]string{cloud.NetworksAnnotation: att.PodAnnotation()})
 	}
+	if kids.ReverseServices, err = r.claimReverseServices(ctx, s, kids.ReverseServices); err != nil {
+		s.rendered = failed(ReasonApplyFailed, err.Error())
+		return err
+	}
 	if err := applyAll(ctx, r.Client, s.gw.Namespace, kids); err != nil {
+		s.rendered = failed(ReasonApplyFailed, err.Error())
+		return err
+	}
+	if err := r.pruneReverseServices(ctx, s); err != nil {
 		s.rendered = failed(ReasonApplyFailed, err.Error())
 		return err
 	}

@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -12,6 +13,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 )
 
 // Gateway condition reasons set by the operator (model reasons are used as they are).
@@ -88,6 +90,10 @@ type gatewayScope struct {
 	// key is the KeyReady outcome; publicKey the WireGuard public key.
 	key       outcome
 	publicKey string
+	// reverseServices: exposure name -> its Service, for those applied; reverseProblems: the
+	// Services that could not be (name taken).
+	reverseServices map[string]string
+	reverseProblems []model.Problem
 }
 
 // computeGatewayStatus is the gateway's whole status, derived from the scope. Conditions keep
@@ -118,14 +124,14 @@ func computeGatewayStatus(s *gatewayScope, now metav1.Time) vpnv1.VPNGatewayStat
 	switch {
 	case s.built != nil:
 		outcomes[vpnv1.ConditionConfigValid] = ok(ReasonValid, "gateway and peers form a valid configuration")
-		st.Exposures, st.ReverseExposures = exposureStatus(s.built)
+		st.Exposures, st.ReverseExposures = exposureStatus(s.built, s.reverseServices)
 		st.AuthorizedPeers = 0
 		for _, p := range s.built.Peers {
 			if p.Authorization.Authorized {
 				st.AuthorizedPeers++
 			}
 		}
-		outcomes[ConditionGrantsValid] = grantsOutcome(s.built.Problems)
+		outcomes[ConditionGrantsValid] = grantsOutcome(append(slices.Clone(s.built.Problems), s.reverseProblems...))
 	case len(s.buildErrs) > 0:
 		outcomes[vpnv1.ConditionConfigValid] = failed(s.buildErrs[0].Reason, joinErrors(s.buildErrs))
 		outcomes[ConditionGrantsValid] = outcome{metav1.ConditionUnknown, ReasonConfigInvalid, "configuration is invalid"}
@@ -174,12 +180,18 @@ func orderConditions(conds []metav1.Condition, order []string) []metav1.Conditio
 	return out
 }
 
-func exposureStatus(m *model.Gateway) (fwd, rev []vpnv1.ExposureStatus) {
+// exposureStatus lists the exposures with their virtual IPs; reverse exposures with their
+// Service and its ports where the Service was applied (services: exposure -> Service name).
+func exposureStatus(m *model.Gateway, services map[string]string) (fwd, rev []vpnv1.ExposureStatus) {
 	for _, e := range m.Exposures {
 		fwd = append(fwd, vpnv1.ExposureStatus{Name: e.Name, VirtualIP: e.VirtualIP.String()})
 	}
 	for _, r := range m.ReverseExposures {
-		rev = append(rev, vpnv1.ExposureStatus{Name: r.Name, VirtualIP: r.VirtualIP.String()})
+		st := vpnv1.ExposureStatus{Name: r.Name, VirtualIP: r.VirtualIP.String()}
+		if svc, ok := services[r.Name]; ok {
+			st.Service, st.Ports = svc, children.ReverseServicePorts(r)
+		}
+		rev = append(rev, st)
 	}
 	return fwd, rev
 }

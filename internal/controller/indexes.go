@@ -20,6 +20,9 @@ const (
 	IndexGatewayService = "vpn.bnerd.net/target-services"
 	// IndexGatewayNode: VPNGateway by its host-network node (conflict checks).
 	IndexGatewayNode = "vpn.bnerd.net/host-network-node"
+	// IndexGatewayReverse: VPNGateway by whom its reverse exposures admit ("own": it has
+	// reverse exposures; "selector": it also names other namespaces).
+	IndexGatewayReverse = "vpn.bnerd.net/reverse-clients"
 )
 
 // SetupIndexes registers the field indexes on the manager's cache.
@@ -37,6 +40,11 @@ func SetupIndexes(ctx context.Context, mgr manager.Manager) error {
 	}
 	if err := idx.IndexField(ctx, &vpnv1.VPNGateway{}, IndexGatewayNode, func(o client.Object) []string {
 		return hostnetwork.NodeName(o.(*vpnv1.VPNGateway))
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &vpnv1.VPNGateway{}, IndexGatewayReverse, func(o client.Object) []string {
+		return reverseIndexValues(o.(*vpnv1.VPNGateway))
 	}); err != nil {
 		return err
 	}

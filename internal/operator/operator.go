@@ -256,6 +256,8 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 			&rbacv1.Role{}:                byManaged,
 			&rbacv1.RoleBinding{}:         byManaged,
 			&networkingv1.NetworkPolicy{}: byManaged,
+			// Every pod's address matters (reverse-exposure clients), little else of it.
+			&corev1.Pod{}: {Transform: controller.StripPod},
 		}},
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Secrets are never cached in full: the operator only needs to know they exist.
