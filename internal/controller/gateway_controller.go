@@ -377,6 +377,10 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 	if err != nil {
 		return err
 	}
+	serviceIPs, err := r.reverseServiceIPs(ctx, s.gw)
+	if err != nil {
+		return err
+	}
 	s.built, s.buildErrs = model.Build(model.Input{
 		Gateway:           s.gw,
 		Peers:             s.peers,
@@ -388,6 +392,7 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 		OtherServiceCIDRs: r.alloc.othersHolding(s.gw, targetAddresses(s.gw, services)),
 		RefusedSecrets:    refused,
 		ReverseClients:    clients,
+		ReverseServiceIPs: serviceIPs,
 	})
 	if s.built == nil && len(s.buildErrs) > 0 && !s.configWasInvalid() {
 		r.Recorder.Eventf(s.gw, nil, corev1.EventTypeWarning, s.buildErrs[0].Reason, "Validate", "%s", truncate(joinErrors(s.buildErrs), 1000))

@@ -114,6 +114,17 @@ func TestReverseExposuresReachedFromTheirTenant(t *testing.T) {
 		if svc.Spec.Type != corev1.ServiceTypeClusterIP || svc.Spec.Selector[children.LabelGateway] != "gw" {
 			t.Errorf("Service type %s selector %v", svc.Spec.Type, svc.Spec.Selector)
 		}
+		// The host-network gateway translates the Service itself for clients on its node.
+		eventually(t, 20*time.Second, func() error {
+			m, err := renderedModel(ctx, ns, "gw")
+			if err != nil {
+				return err
+			}
+			if got := m.ReverseExposures[0].ServiceIP.String(); got != svc.Spec.ClusterIP {
+				return fmt.Errorf("model Service IP %s, want the ClusterIP %s", got, svc.Spec.ClusterIP)
+			}
+			return nil
+		})
 		eventually(t, 20*time.Second, func() error {
 			cur := &vpnv1.VPNGateway{}
 			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(gw), cur); err != nil {

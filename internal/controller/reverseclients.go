@@ -217,3 +217,28 @@ func ownedBy(o metav1.Object, uid types.UID) bool {
 	ref := metav1.GetControllerOf(o)
 	return ref != nil && ref.UID == uid
 }
+
+// reverseServiceIPs are the ClusterIPs of the gateway's own reverse-exposure Services, by
+// exposure name (a host-network gateway translates them itself for clients on its node).
+func (r *GatewayReconciler) reverseServiceIPs(ctx context.Context, gw *vpnv1.VPNGateway) (map[string]netip.Addr, error) {
+	var out map[string]netip.Addr
+	for _, x := range gw.Spec.ReverseExposures {
+		svc := &corev1.Service{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: gw.Namespace, Name: children.ReverseServiceName(gw.Name, x.Name)}, svc)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("reading the Service of reverse exposure %s: %w", x.Name, err)
+		}
+		a, err := netip.ParseAddr(svc.Spec.ClusterIP)
+		if err != nil || !ownedBy(svc, gw.UID) || svc.Labels[children.LabelReverseExposure] != x.Name {
+			continue
+		}
+		if out == nil {
+			out = map[string]netip.Addr{}
+		}
+		out[x.Name] = a
+	}
+	return out, nil
+}

@@ -40,6 +40,8 @@ type Input struct {
 	// gateway's namespace and those spec.reverseExposureNamespaces selects, host-network pods
 	// left out), any order; Build keeps those inside the internal source CIDRs.
 	ReverseClients []netip.Addr
+	// ReverseServiceIPs are the ClusterIPs of the reverse exposures' Services, by exposure name.
+	ReverseServiceIPs map[string]netip.Addr
 }
 
 // GatewayCIDR is a gateway's service CIDR, with the gateway's namespace/name.
@@ -142,6 +144,11 @@ func Build(in Input) (*Gateway, []Error) {
 	}
 	out.InternalSourceCIDRs = slices.Clone(in.Config.InternalSourceCIDRs)
 	out.ReverseClients = reverseClients(in.ReverseClients, out.InternalSourceCIDRs)
+	for i := range out.ReverseExposures {
+		if a := in.ReverseServiceIPs[out.ReverseExposures[i].Name]; a.Is4() && !a.IsUnspecified() {
+			out.ReverseExposures[i].ServiceIP = a
+		}
+	}
 	if sel := gw.Spec.ReverseExposureNamespaces; sel != nil {
 		if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
 			errs.add(ReasonInvalidSpec, "spec.reverseExposureNamespaces", "not a valid label selector: %v", err)

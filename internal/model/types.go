@@ -168,6 +168,11 @@ type ReverseExposure struct {
 	// Grantee is the single peer the reverse exposure reaches into; empty when nobody holds a
 	// valid grant (then nothing is rendered for it).
 	Grantee string `json:"grantee,omitempty"`
+	// ServiceIP is the ClusterIP of the exposure's <gateway>-<exposure> Service, once it has
+	// one. A host-network gateway translates it itself for clients on its own node: their
+	// node's kube-proxy would translate it to the node's own address, after which no second
+	// translation into the tunnel is possible.
+	ServiceIP netip.Addr `json:"serviceIP,omitzero"`
 }
 
 // IPsecGateway holds gateway-wide IKE settings with defaults applied.

@@ -210,7 +210,8 @@ func renderCases() []renderCase {
 				g.InternalSourceCIDRs = []netip.Prefix{pfx("10.244.0.0/16")}
 				g.ReverseClients = []netip.Addr{addr("10.244.0.5"), addr("10.244.0.6")}
 				g.ReverseExposures = []model.ReverseExposure{{Name: "ldap", Grantee: "hq", VirtualIP: addr("100.64.7.20"), Target: addr("203.0.113.5"),
-					Ports: []model.Port{{Protocol: "tcp", Port: 389, TargetPort: 389, GatewayPort: 20000}}}}
+					ServiceIP: addr("10.96.0.40"),
+					Ports:     []model.Port{{Protocol: "tcp", Port: 389, TargetPort: 389, GatewayPort: 20000}}}}
 				return g
 			},
 			opts: kernelESP,

@@ -195,6 +195,8 @@ type reversePort struct {
 	target      netip.Addr
 	targetPort  uint16
 	vip         netip.Addr
+	port        uint16     // the Service's port (what clients connect to)
+	serviceIP   netip.Addr // the Service's ClusterIP, when the model has it
 }
 
 // plan is everything the text is written from, validated.
@@ -215,6 +217,15 @@ type plan struct {
 	forward      []forwardPort
 	clients      []netip.Addr // reverse clients (pods allowed to reach reverse exposures)
 	reverse      []reversePort
+}
+
+// serviceKeyed: the gateway shares the node's network namespace and knows a reverse
+// exposure's Service IP, so it translates that Service for clients on its own node.
+func (p *plan) serviceKeyed() bool {
+	if !p.sharedNetns || len(p.clients) == 0 {
+		return false
+	}
+	return slices.ContainsFunc(p.reverse, func(r reversePort) bool { return r.serviceIP.IsValid() })
 }
 
 // notFromTunnel matches packets that did not come out of the tunnel.
@@ -385,6 +396,11 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 			if err := checkAddr(what+" target", r.Target); err != nil {
 				return nil, err
 			}
+			if r.ServiceIP.IsValid() {
+				if err := checkAddr(what+" Service IP", r.ServiceIP); err != nil {
+					return nil, err
+				}
+			}
 			if !slices.ContainsFunc(peer.SourceCIDRs, func(s netip.Prefix) bool { return s.Contains(r.Target) }) {
 				return nil, fmt.Errorf("%s: target %s is not inside the subnets of its grantee %q", what, r.Target, commentName(r.Grantee))
 			}
@@ -402,6 +418,7 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 				p.reverse = append(p.reverse, reversePort{
 					exposure: name, grantee: commentName(r.Grantee), proto: port.Protocol,
 					gatewayPort: port.GatewayPort, target: r.Target, targetPort: port.TargetPort, vip: r.VirtualIP,
+					port: port.Port, serviceIP: r.ServiceIP,
 				})
 			}
 		}
@@ -544,9 +561,39 @@ func (p *plan) write() string {
 		}
 		writeElements(&b, nil, elems)
 		w("\t}\n")
+		if p.serviceKeyed() {
+			w("\n\t# Reverse exposures on the node: (Service IP . protocol . port) -> (target . port).\n")
+			w("\tmap rev_svc_dnat {\n\t\ttype ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service\n")
+			elems = nil
+			for _, r := range p.reverse {
+				if r.serviceIP.IsValid() {
+					elems = append(elems, fmt.Sprintf("%s . %s . %d : %s . %d", r.serviceIP, r.proto, r.port, r.target, r.targetPort))
+				}
+			}
+			writeElements(&b, nil, elems)
+			w("\t}\n\n")
+			w("\t# Reverse exposures on the node: (Service IP . port) -> the exposure's virtual IP.\n")
+			w("\tmap rev_svc_snat {\n\t\ttype ipv4_addr . inet_service : ipv4_addr\n")
+			elems = nil
+			for _, r := range p.reverse {
+				if r.serviceIP.IsValid() {
+					elems = append(elems, fmt.Sprintf("%s . %d : %s", r.serviceIP, r.port, r.vip))
+				}
+			}
+			writeElements(&b, nil, elems)
+			w("\t}\n")
+		}
 	}
 
 	// Chains.
+	if p.serviceKeyed() {
+		w("\n\t# A client on the gateway's own node reaches a reverse exposure's Service here, before\n")
+		w("\t# kube-proxy (priority dstnat) would translate it to the node's address, where no second\n")
+		w("\t# translation into the tunnel can happen.\n")
+		w("\tchain reverse_service {\n\t\ttype nat hook prerouting priority -110; policy accept;\n")
+		w("\t\t%s ip saddr @reverse_clients ip daddr . meta l4proto . th dport @rev_svc_dnat ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @rev_svc_dnat\n", p.notFromTunnel(), MarkReverse)
+		w("\t}\n")
+	}
 	w("\n\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n")
 	w("\t\t# A peer's packet is translated only when its source is granted; nothing else is.\n")
 	w("\t\t%s ip saddr . ip daddr . meta l4proto . th dport @fwd_grants ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @fwd_dnat\n", p.tunnelIn, MarkForward)
@@ -576,6 +623,9 @@ func (p *plan) write() string {
 	w("\t\tct mark 0x%08x masquerade\n", MarkForward)
 	if reverse {
 		w("\t\t# Reverse flows enter the tunnel from the exposure's virtual IP (inside the service CIDR).\n")
+		if p.serviceKeyed() {
+			w("\t\tmeta l4proto { tcp, udp } ct mark 0x%08x ct original ip daddr . ct original proto-dst @rev_svc_snat snat ip to ct original ip daddr . ct original proto-dst map @rev_svc_snat\n", MarkReverse)
+		}
 		w("\t\tmeta l4proto { tcp, udp } ct mark 0x%08x snat ip to ct original proto-dst map @rev_snat\n", MarkReverse)
 	}
 	w("\t}\n\n")
