@@ -618,7 +618,11 @@ func (p *plan) write() string {
 	w("\t\tct mark { 0x%08x, 0x%08x } meta mark set meta mark | 0x%08x\n", MarkForward, MarkReverse, RouteMark)
 	w("\t}\n\n")
 
-	w("\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n")
+	// Just before srcnat: on a node the CNI's and kube-proxy's masquerade chains sit at srcnat,
+	// and the first source NAT of a flow is the only one; the gateway's flows must leave with
+	// its own addresses (a reverse flow from its virtual IP), so its chain comes first. It
+	// translates nothing but the gateway's own marked flows.
+	w("\tchain postrouting {\n\t\ttype nat hook postrouting priority 99; policy accept;\n")
 	w("\t\t# Granted forward flows leave with the gateway's own cluster address: no routes back needed.\n")
 	w("\t\tct mark 0x%08x masquerade\n", MarkForward)
 	if reverse {
