@@ -1,0 +1,182 @@
+package cluster
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+)
+
+// reverseTarget is a reverse exposure of the lab: a gateway, the peer it reaches into and that
+// peer's site (index) whose LAN host serves it.
+type reverseTarget struct {
+	gateway, peer, site string
+	index               int
+}
+
+// lanListener serves HTTP on a site's LAN host, port 2222, answering with the client address it
+// saw (socat, in the site's network namespace); stopped when the test ends.
+func lanListener(t *testing.T, site string, index int) {
+	t.Helper()
+	answer := fmt.Sprintf(`printf 'HTTP/1.0 200 OK\r\n\r\nlan of %s, you are %%s\n' "$SOCAT_PEERADDR"`, site)
+	cmd := exec.Command("ip", "netns", "exec", "lab-site-"+site, "socat",
+		fmt.Sprintf("TCP-LISTEN:2222,bind=%s,fork,reuseaddr", siteHost(index)), "SYSTEM:"+answer)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("listener in %s: %v", site, err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+}
+
+// updateGateway re-reads a lab gateway, applies change and writes it back (retrying conflicts).
+func updateGateway(name string, change func(*vpnv1.VPNGateway)) error {
+	return eventually(30*time.Second, func() error {
+		c, cancel := ctx(10 * time.Second)
+		defer cancel()
+		gw := &vpnv1.VPNGateway{}
+		if err := L.c.Get(c, client.ObjectKey{Namespace: labNS, Name: name}, gw); err != nil {
+			return err
+		}
+		change(gw)
+		return L.c.Update(c, gw)
+	})
+}
+
+func updatePeer(name string, change func(*vpnv1.VPNPeer)) error {
+	return eventually(30*time.Second, func() error {
+		c, cancel := ctx(10 * time.Second)
+		defer cancel()
+		p := &vpnv1.VPNPeer{}
+		if err := L.c.Get(c, client.ObjectKey{Namespace: labNS, Name: name}, p); err != nil {
+			return err
+		}
+		change(p)
+		return L.c.Update(c, p)
+	})
+}
+
+// 4f: reverse exposures are reached from their own tenant, through their Service. Each lab
+// gateway gets a reverse exposure "erp" into a peer's LAN (the host-network IPsec gateway into
+// hq's, the pod-network WireGuard gateway into roam's). A pod of the gateway's namespace reaches
+// it through the <gateway>-erp Service, and the site sees the exposure's virtual IP; a pod of
+// another namespace (inside the operator's internal sources all the same) does not.
+func test4fReverseExposures(t *testing.T) {
+	targets := []reverseTarget{{ipsecGW, "hq", "hq", 1}, {wgGW, "roam", "roam", 4}}
+	for _, x := range targets {
+		lanListener(t, x.site, x.index)
+		target := vpnv1.ReverseExposure{Name: "erp", Target: vpnv1.ReverseExposureTarget{
+			Address: siteHost(x.index), Ports: []intstr.IntOrString{intstr.FromInt32(2222)}}}
+		if err := updateGateway(x.gateway, func(gw *vpnv1.VPNGateway) { gw.Spec.ReverseExposures = []vpnv1.ReverseExposure{target} }); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := updateGateway(x.gateway, func(gw *vpnv1.VPNGateway) { gw.Spec.ReverseExposures = nil }); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	// hq's grants are explicit (web): it gets the reverse exposure too; roam has no
+	// authorization block, the only peer of its gateway: it holds every exposure (DefaultAllow).
+	var hqAuthz *vpnv1.Authorization
+	if err := updatePeer("hq", func(p *vpnv1.VPNPeer) {
+		hqAuthz = p.Spec.Authorization.DeepCopy()
+		if p.Spec.Authorization == nil {
+			p.Spec.Authorization = &vpnv1.Authorization{}
+		}
+		p.Spec.Authorization.ReverseExposures = []string{"erp"}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := updatePeer("hq", func(p *vpnv1.VPNPeer) { p.Spec.Authorization = hqAuthz }); err != nil {
+			t.Error(err)
+		}
+	})
+
+	suffix := randomHex(3)
+	stranger := "lab-stranger-" + suffix
+	c, cancel := ctx(60 * time.Second)
+	defer cancel()
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: stranger}}
+	if err := L.c.Create(c, nsObj); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := L.deleteAndWait(nsObj, 90*time.Second); err != nil {
+			t.Error(err)
+		}
+	})
+	own := labPod(labNS, "tenant-client-"+suffix, nil)
+	for _, p := range []*corev1.Pod{own, labPod(stranger, "client", nil)} {
+		if err := L.c.Create(c, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = L.deleteAndWait(own, 60*time.Second) })
+	for _, p := range []struct{ ns, name string }{{labNS, own.Name}, {stranger, "client"}} {
+		if _, err := L.podRunning(p.ns, p.name, 60*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, x := range targets {
+		t.Run(x.gateway, func(t *testing.T) {
+			// the Service, named in the status, and the exposure's virtual IP
+			var svc corev1.Service
+			var vip string
+			err := eventually(60*time.Second, func() error {
+				gw, err := L.gateway(labNS, x.gateway)
+				if err != nil {
+					return err
+				}
+				if len(gw.Status.ReverseExposures) != 1 || gw.Status.ReverseExposures[0].Service != x.gateway+"-erp" {
+					return fmt.Errorf("status.reverseExposures %+v", gw.Status.ReverseExposures)
+				}
+				vip = gw.Status.ReverseExposures[0].VirtualIP
+				return L.get(labNS, x.gateway+"-erp", &svc)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			url := fmt.Sprintf("http://%s:2222/", svc.Spec.ClusterIP)
+			t.Logf("%s: reverse exposure erp into %s (%s:2222) through Service %s (%s), virtual IP %s",
+				x.gateway, x.peer, siteHost(x.index), svc.Name, url, vip)
+
+			t.Run("a pod of the gateway's namespace reaches it, from the virtual IP", func(t *testing.T) {
+				var out string
+				err := eventually(60*time.Second, func() error {
+					var err error
+					out, err = L.podExec(20*time.Second, labNS, own.Name, "/pause", "get", url)
+					if err != nil {
+						return err
+					}
+					if !strings.Contains(out, "lan of "+x.site+", you are "+vip) {
+						return fmt.Errorf("unexpected answer %q (want the site to see %s)", strings.TrimSpace(out), vip)
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%s/%s: %s", labNS, own.Name, strings.TrimSpace(out))
+			})
+
+			t.Run("a pod of another namespace does not", func(t *testing.T) {
+				for range 2 {
+					out, err := L.podExec(20*time.Second, stranger, "client", "/pause", "get", url)
+					if err == nil {
+						t.Fatalf("%s/client reached the reverse exposure: %q", stranger, strings.TrimSpace(out))
+					}
+					t.Logf("%s/client refused: %s", stranger, firstLine(err.Error()))
+				}
+			})
+		})
+	}
+}
