@@ -51,7 +51,9 @@ image() {
   if [ ! -f "$archive" ]; then
     log "building $ref ($h)"
     local rootfs; rootfs=$(mktemp -d)
-    local cfg; cfg=$("$fn" "$rootfs")
+    # set -e again: bash drops it in command substitutions, and a failed build would otherwise
+    # be packed (an image without its program) and cached under the inputs' hash
+    local cfg; cfg=$(set -e; "$fn" "$rootfs")
     pack "$name-$h" "$ref" "$rootfs" "$cfg"
     rm -rf "$rootfs"
     # keep only the newest archive of this image
