@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Removes everything hack/lab/cluster-up.sh (and hack/lab/lab.sh) created: client-site network
 # namespaces, processes, containers and their mounts, cgroups, the CNI bridge, nft tables, kube-
-# proxy's rules, hard-coded paths it created, the state directory; restores the sysctls it recorded.
+# proxy's rules, kube-router's chains and ipsets, hard-coded paths it created, the state directory;
+# restores the sysctls it recorded. Then checks that nothing of kube-router is left (exit 1 if so).
 # Safe to run twice.
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
@@ -27,6 +28,7 @@ stop() { # stop <name>: SIGTERM then SIGKILL the recorded pid (and its process g
 }
 
 if [ -f "$S/pids" ]; then
+  stop kube-router   # first: it would re-create its rules
   stop kubelet
   stop kube-proxy
   # containers: stop the CRI's pod sandboxes via ctr (tasks), then containerd
@@ -48,6 +50,23 @@ for f in $(find /sys/fs/cgroup/*/"${CGROUP_ROOT#/}" -name cgroup.procs 2>/dev/nu
   for p in $(cat "$f" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
 done
 sleep 0.5
+
+# kube-router's firewall (filter table, iptables-nft): the jumps from the built-in chains, then its
+# chains (flushed first, they jump to each other), then its ipsets (no longer referenced)
+KR_CHAINS='KUBE-ROUTER-|KUBE-POD-FW-|KUBE-NWPLCY-'
+KR_SETS='^(inet6:)?KUBE-(SRC|DST)-'
+if nft list table ip filter >/dev/null 2>&1; then
+  for c in INPUT FORWARD OUTPUT; do
+    iptables -S "$c" 2>/dev/null | grep -E -- "-j ($KR_CHAINS)" | sed 's/^-A /-D /' |
+      while read -r rule; do eval "iptables $rule" 2>/dev/null; done
+  done
+  chains=$(iptables -S 2>/dev/null | awk '$1=="-N" {print $2}' | grep -E "^($KR_CHAINS)")
+  for c in $chains; do iptables -F "$c" 2>/dev/null; done
+  for c in $chains; do iptables -X "$c" 2>/dev/null; done
+fi
+if command -v ipset >/dev/null; then
+  for s in $(ipset list -n 2>/dev/null | grep -E "$KR_SETS"); do ipset destroy "$s" 2>/dev/null; done
+fi
 
 # kube-proxy's nftables tables, our masquerade table
 "$K/kube-proxy" --cleanup >/dev/null 2>&1 || true
@@ -96,4 +115,13 @@ if [ -f "$S/created" ]; then
   while read -r p; do [ -n "$p" ] && rm -rf "$p"; done <"$S/created"
 fi
 rm -rf "$S"
+
+# nothing of kube-router may be left: no process of the lab's build, no chain, no ipset
+left=$( { pgrep -f "^$root/bin/tools/kube-router-" | sed 's/^/process /'
+          nft list table ip filter >/dev/null 2>&1 && iptables -S 2>/dev/null | grep -E -- "$KR_CHAINS" | sed 's/^/rule /'
+          command -v ipset >/dev/null && ipset list -n 2>/dev/null | grep -E "$KR_SETS" | sed 's/^/ipset /'; } || true)
+if [ -n "$left" ]; then
+  log "left on the node by kube-router:"; echo "$left" >&2
+  exit 1
+fi
 log "down in $((SECONDS - t0))s"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts a real single-node Kubernetes (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, containerd, kubelet, kube-proxy; v1.37.x built from the Go module proxy) with
+# kube-scheduler, containerd, kubelet, kube-proxy; v1.37.x built from the Go module proxy; and
+# kube-router's firewall as the NetworkPolicy enforcer) with
 # everything it creates under $LAB_STATE (default /var/lib/bnerd-lab), removable with
 # hack/lab/cluster-down.sh. Needs root. Facts and traps: ../shared/notes/local-cluster.md.
 set -euo pipefail
@@ -9,7 +10,7 @@ source "$(dirname "$0")/common.sh"
 t0=$(date +%s.%N)
 
 # --- packages -----------------------------------------------------------------------------------
-pkgs=(etcd-server containerd runc containernetworking-plugins conntrack iptables nftables openssl iproute2 wireguard-tools bc curl procps)
+pkgs=(etcd-server containerd runc containernetworking-plugins conntrack iptables ipset nftables openssl iproute2 wireguard-tools bc curl procps)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -19,6 +20,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # --- binaries -----------------------------------------------------------------------------------
+# kube-router (the NetworkPolicy enforcer): built in the background while the rest comes up (cold
+# ~80 s, then cached in bin/tools); waited for just before it starts
+kr_log=$(mktemp)
+trap 'rm -f "$kr_log"' EXIT
+"$root/hack/lab/kube-router.sh" >"$kr_log" 2>&1 &
+kr_build=$!
 "$root/hack/lab/build-kube.sh" >/dev/null
 # the WireGuard client site's daemon (the version the gateway agent embeds, from go.mod)
 (cd "$root" && go build -o bin/lab/wireguard-go golang.zx2c4.com/wireguard)
@@ -42,6 +49,10 @@ if [ ! -f "$S/sysctls" ]; then
   for k in $SYSCTLS; do echo "$k=$(sysctl -n "$k")"; done >"$S/sysctls"
 fi
 sysctl -qw net.ipv4.ip_forward=1
+# bridged pod-to-pod traffic through netfilter: kube-proxy's conntrack un-DNATs a same-node reply
+# (masqueradeAll is off, below) and kube-router filters it (built in here: CONFIG_BRIDGE_NETFILTER=y)
+[ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] || modprobe br_netfilter 2>/dev/null || true
+sysctl -qw net.bridge.bridge-nf-call-iptables=1 || { log "needs bridge netfilter (br_netfilter)"; exit 1; }
 # the node's own address and the lab load balancer's (documentation range), removed again by
 # cluster-down.sh
 ip addr replace "$NODE_IP/32" dev lo
@@ -70,7 +81,8 @@ if [ ! -f "$pki/ca.crt" ]; then
   cert scheduler "/CN=system:kube-scheduler"
   cert kubelet "/O=system:nodes/CN=system:node:$NODE"
   cert kube-proxy "/CN=system:kube-proxy"
-  for n in admin controller-manager scheduler kubelet kube-proxy; do
+  cert kube-router "/CN=bnerd-lab:kube-router"   # bound to the ClusterRole bnerd-lab:kube-router below
+  for n in admin controller-manager scheduler kubelet kube-proxy kube-router; do
     cat >"$pki/$n.kubeconfig" <<KC
 apiVersion: v1
 kind: Config
@@ -205,6 +217,12 @@ start kubelet "$K/kubelet" --config "$S/kubelet/config.yaml" --kubeconfig "$pki/
   --volume-plugin-dir "$S/kubelet-plugins"
 
 # --- kube-proxy ---------------------------------------------------------------------------------
+# masqueradeAll off (clusterCIDR set): a pod reaching another pod through a ClusterIP keeps its own
+# source address, which the server and NetworkPolicy see (with masqueradeAll every such
+# connection came from the bridge's address, the node's, which kube-router always admits). The
+# reply is bridged on $BRIDGE and still un-DNATed, bridge-nf-call-iptables being 1 (above).
+# Sources outside the pod CIDR (the node, a host-network gateway's sites, a load balancer's
+# clients) and a pod reaching itself through its Service are still masqueraded.
 cat >"$S/kube-proxy.yaml" <<YAML
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
@@ -212,7 +230,7 @@ clientConnection: {kubeconfig: $pki/kube-proxy.kubeconfig}
 hostnameOverride: $NODE
 mode: nftables
 clusterCIDR: $POD_CIDR
-nftables: {masqueradeAll: true}
+nftables: {masqueradeAll: false}
 conntrack: {maxPerCore: 0}
 bindAddress: 127.0.0.1
 healthzBindAddress: 127.0.0.1:10256
@@ -220,6 +238,49 @@ metricsBindAddress: 127.0.0.1:10249
 YAML
 start kube-proxy "$K/kube-proxy" --config "$S/kube-proxy.yaml"
 
+# --- kube-router: the NetworkPolicy enforcer -----------------------------------------------------
+# Only its firewall (--run-router/--run-service-proxy off: the bridge CNI and kube-proxy stay):
+# iptables chains in the filter table (a KUBE-POD-FW-* chain per local pod a policy selects,
+# jumped to from FORWARD, bridged traffic included since bridge-nf-call-iptables is 1, and
+# OUTPUT) and ipsets of the policies' peers. Its own identity, read-only on what it watches.
+# v2.1.0's --health-port binds every address, so it is off; /healthz is served on the metrics
+# address too, which is 127.0.0.1. cluster-down.sh removes its chains, jumps and ipsets.
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "bnerd-lab:kube-router"}
+rules:
+- apiGroups: [""]
+  resources: [namespaces, pods, services, endpoints, nodes]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "bnerd-lab:kube-router"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "bnerd-lab:kube-router"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "bnerd-lab:kube-router"}]
+YAML
+if ! wait "$kr_build"; then cat "$kr_log" >&2; log "building kube-router failed"; exit 1; fi
+KR=$(tail -1 "$kr_log")
+wait_for "node $NODE registered" 60 kubectl get node "$NODE"   # kube-router reads its Node at start
+start kube-router "$KR" --kubeconfig "$pki/kube-router.kubeconfig" --hostname-override "$NODE" \
+  --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
+  --enable-ipv4=true --enable-ipv6=false --service-cluster-ip-range "$SERVICE_CIDR" \
+  --health-port 0 --metrics-addr 127.0.0.1 --metrics-port "$KUBE_ROUTER_PORT"
+# healthy, and its first full sync restored the filter table (the explicit ACCEPT of policy-
+# compliant traffic is appended to its top-level chains only then)
+kube_router_ready() {
+  curl -fsS "http://127.0.0.1:$KUBE_ROUTER_PORT/healthz" &&
+    iptables -S KUBE-ROUTER-FORWARD | grep -q 'explicitly ACCEPT traffic that comply'
+}
+
 wait_for "node Ready" 90 kubectl wait --for=condition=Ready node/$NODE --timeout=1s
+wait_for "kube-router (NetworkPolicy enforcer)" 60 kube_router_ready
 wait_for "default ServiceAccount" 60 kubectl get serviceaccount default
 printf 'lab: cluster up in %.1fs — export KUBECONFIG=%s\n' "$(echo "$(date +%s.%N) - $t0" | bc)" "$KUBECONFIG" >&2

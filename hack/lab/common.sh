@@ -21,6 +21,7 @@ ETCD_PORT=23790
 CGROUP_ROOT=/bnerd-lab
 BRIDGE=labbr0
 CONTAINERD_SOCK=$S/containerd/containerd.sock
+KUBE_ROUTER_PORT=20244                      # kube-router's /healthz and /metrics, on 127.0.0.1
 export KUBECONFIG=$S/pki/admin.kubeconfig
 kubectl() { "$K/kubectl" --kubeconfig "$S/pki/admin.kubeconfig" "$@"; }   # built with kube (build-kube.sh)
 ctr() { command ctr --address "$CONTAINERD_SOCK" "$@"; }
@@ -64,7 +65,7 @@ site_wireguard_key() {
   wg pubkey <"$d/private.key"
 }
 # sysctls the cluster (kubelet, CNI, kube-proxy) and the lab change; recorded at up, restored at down.
-SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops net.ipv4.ip_forward net.ipv4.conf.all.route_localnet net.ipv4.conf.all.forwarding"
+SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops net.ipv4.ip_forward net.ipv4.conf.all.route_localnet net.ipv4.conf.all.forwarding net.bridge.bridge-nf-call-iptables"
 # site_ensure <site>: like a client's device that keeps trying, initiate the site's tunnel when it
 # has no established CHILD_SA (a device that met a gateway without its config gave up).
 site_ensure() {
