@@ -3,11 +3,12 @@
 // config/default, the sample client, two strongSwan sites on a host-network IPsec gateway, one
 // WireGuard site on a gateway behind a LoadBalancer Service) and asserts, in order (one subtest
 // per step):
-// 1 unprivileged, 2 connected, 3 authorization, 3b backend replaced, 3c kubectl vpn status and
-// diagnose, 3d a proposal mismatch named, 4 a peer added live, 4b an overlapping dark peer, 4c a
-// ServiceAccount token as PSK, 4d host network only where allowed, 4e a ConfigMap carrying more
-// than the model, 5 gateway pods deleted, 6 operator restart, 7 agent logs, 8 no secret outside
-// its Secret, 8b the fault suite (faults_test.go), 9 host-network gateway deleted, 10 status.
+// 0 NetworkPolicy enforced (netpol_test.go: the lab's enforcer, kube-router), 1 unprivileged,
+// 2 connected, 3 authorization, 3b backend replaced, 3c kubectl vpn status and diagnose, 3d a
+// proposal mismatch named, 4 a peer added live, 4b an overlapping dark peer, 4c a ServiceAccount
+// token as PSK, 4d host network only where allowed, 4e a ConfigMap carrying more than the model,
+// 5 gateway pods deleted, 6 operator restart, 7 agent logs, 8 no secret outside its Secret, 8b the
+// fault suite (faults_test.go), 9 host-network gateway deleted, 10 status.
 //
 // Skipped unless BNERD_LAB=1 (make e2e-cluster) and the lab's kubeconfig exists. Runs as root.
 package cluster
@@ -69,6 +70,7 @@ func TestCluster(t *testing.T) {
 		name string
 		f    func(*testing.T)
 	}{
+		{"0 NetworkPolicy enforced", test0NetworkPolicy},
 		{"1 unprivileged", test1Unprivileged},
 		{"2 connected", test2Connected},
 		{"3 authorization", test3Authorization},

@@ -173,17 +173,43 @@ func firstLine(s string) string {
 	return s
 }
 
-// kubectl runs the lab's kubectl (for the human-readable tables only).
-func (l *lab) kubectl(args ...string) string {
+// shellQuote quotes arguments for bash.
+func shellQuote(args []string) string {
 	q := make([]string, len(args))
 	for i, a := range args {
 		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 	}
-	out, err := l.sh(60*time.Second, "kubectl "+strings.Join(q, " "))
+	return strings.Join(q, " ")
+}
+
+// kubectl runs the lab's kubectl (for the human-readable tables only).
+func (l *lab) kubectl(args ...string) string {
+	out, err := l.sh(60*time.Second, "kubectl "+shellQuote(args))
 	if err != nil {
 		return out + err.Error()
 	}
 	return out
+}
+
+// podExec runs a command in a pod's (first) container, as kubectl exec does; stdout, the error
+// carrying stderr.
+func (l *lab) podExec(timeout time.Duration, namespace, pod string, cmd ...string) (string, error) {
+	return l.sh(timeout, "kubectl "+shellQuote(append([]string{"-n", namespace, "exec", pod, "--"}, cmd...)))
+}
+
+// podRunning waits until a pod is Running with an address and returns it.
+func (l *lab) podRunning(namespace, name string, timeout time.Duration) (*corev1.Pod, error) {
+	var p corev1.Pod
+	err := eventually(timeout, func() error {
+		if err := l.get(namespace, name, &p); err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			return fmt.Errorf("pod %s/%s: %s, address %q", namespace, name, p.Status.Phase, p.Status.PodIP)
+		}
+		return nil
+	})
+	return &p, err
 }
 
 // vpn runs the lab's kubectl vpn (bin/kubectl-vpn) in the client's namespace; stdout only.
