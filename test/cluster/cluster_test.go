@@ -82,6 +82,8 @@ func TestCluster(t *testing.T) {
 		{"4c ServiceAccount token as PSK", test4cTokenAsPSK},
 		{"4d host network only where allowed", test4dHostNetworkNotPermitted},
 		{"4e ConfigMap carrying more than the model", test4eConfigMapRefused},
+		{"4f reverse exposures from their tenant", test4fReverseExposures},
+		{"4g host-network gateway leaves the node's traffic alone", test4gNodeTrafficUntouched},
 		{"5 gateway pod deleted", test5GatewayPodDeleted},
 		{"6 operator restart re-creates nothing", test6OperatorRestart},
 		{"7 agent logs", test7AgentLogs},
@@ -1063,6 +1065,7 @@ func test9GatewayDeleted(t *testing.T) {
 	} else {
 		t.Log("hq no longer reaches web")
 	}
+	t.Run("the node's routes are those it had with the gateway", compareNodeRoutes)
 }
 
 // 10: the status, as a user sees it.
