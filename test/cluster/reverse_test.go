@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,13 +24,17 @@ type reverseTarget struct {
 	index               int
 }
 
-// lanListener serves HTTP on a site's LAN host, port 2222, answering with the client address it
-// saw (socat, in the site's network namespace); stopped when the test ends.
+// lanListener serves HTTP on a site's LAN host, port 2222, answering "lan of <site>, you are
+// <client address>" (socat, in the site's network namespace); stopped when the test ends.
 func lanListener(t *testing.T, site string, index int) {
 	t.Helper()
-	answer := fmt.Sprintf(`printf 'HTTP/1.0 200 OK\r\n\r\nlan of %s, you are %%s\n' "$SOCAT_PEERADDR"`, site)
+	// a script: socat would cut a SYSTEM command at its first comma
+	script := filepath.Join(t.TempDir(), "answer.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nprintf 'HTTP/1.0 200 OK\\r\\n\\r\\nlan of %s, you are %s\\n' \"$1\" \"$SOCAT_PEERADDR\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command("ip", "netns", "exec", "lab-site-"+site, "socat",
-		fmt.Sprintf("TCP-LISTEN:2222,bind=%s,fork,reuseaddr", siteHost(index)), "SYSTEM:"+answer)
+		fmt.Sprintf("TCP-LISTEN:2222,bind=%s,fork,reuseaddr", siteHost(index)), "EXEC:"+script+" "+site)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("listener in %s: %v", site, err)
 	}
