@@ -25,7 +25,7 @@ type driverOptions struct {
 
 func (o *driverOptions) bindFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.viciSocket, "vici-socket", "unix:///run/strongswan/charon.vici", "charon's VICI socket (IPsec gateways)")
-	f.StringVar(&o.wireguardMode, "wireguard-mode", "auto", "WireGuard device: auto (kernel when available), kernel or userspace")
+	f.StringVar(&o.wireguardMode, "wireguard-mode", "auto", "WireGuard device: auto (kernel when available), kernel, userspace (embedded) or external (the pod's wireguard container runs it: see wireguard-device)")
 	// The UAPI socket's directory is the pod's emptyDir: it outlives the agent's container.
 	f.StringVar(&o.wireguardState, "wireguard-state-file", filepath.Join(wireguard.UAPIDir, nft.WireGuardInterface+".endpoints.json"),
 		"where the peers' last endpoints are kept (public data only) so a re-created device reaches roaming sites at once after an agent restart (empty disables)")
@@ -103,6 +103,12 @@ func (l *lazyDriver) Changes() <-chan struct{} {
 		return d.Changes()
 	}
 	return nil
+}
+
+// NeedsApply: the dataplane lost its configuration (see wireguard.Driver.NeedsApply).
+func (l *lazyDriver) NeedsApply() bool {
+	r, ok := l.current().(interface{ NeedsApply() bool })
+	return ok && r.NeedsApply()
 }
 
 func (l *lazyDriver) Close() error {

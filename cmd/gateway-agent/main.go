@@ -35,6 +35,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/metrics"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/source"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/status"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
 	"github.com/bnerd/bnerd-vpn-operator/internal/kube"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
@@ -60,7 +61,7 @@ func command() *cobra.Command {
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
 	zapOpts.BindFlags(logFlags)
 	root.PersistentFlags().AddGoFlagSet(logFlags)
-	root.AddCommand(initCommand(), runCommand(), renderCommand())
+	root.AddCommand(initCommand(), runCommand(), renderCommand(), wireguardDeviceCommand())
 	return root
 }
 
@@ -157,6 +158,24 @@ type runOptions struct {
 	verifyInterval                time.Duration
 	render                        render.Options
 	drivers                       driverOptions
+}
+
+// wireguardDeviceCommand runs the gateway pod's wireguard container: the userspace device in
+// a process of its own, so that the agent — which configures it over its UAPI socket — can
+// restart without cutting a tunnel (as charon's own container does for IPsec).
+func wireguardDeviceCommand() *cobra.Command {
+	var iface string
+	cmd := &cobra.Command{
+		Use:   "wireguard-device",
+		Short: "Run the gateway's userspace WireGuard device (a TUN, wireguard-go and its UAPI socket) until stopped; the agent (--wireguard-mode=external) configures it",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer cancel()
+			return wireguard.RunDevice(ctx, iface, ctrllog.Log.WithName("wireguard-device"))
+		},
+	}
+	cmd.Flags().StringVar(&iface, "interface", nft.WireGuardInterface, "the device's name (the gateway's WireGuard device name: wg0 in a pod, per gateway on the host network)")
+	return cmd
 }
 
 func runCommand() *cobra.Command {

@@ -269,7 +269,7 @@ func (e *Engine) Run(ctx context.Context, updates <-chan Update) error {
 	}
 	verifyTick := time.NewTicker(verifyEvery)
 	defer verifyTick.Stop()
-	var pending *Update
+	var pending, last *Update
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	backoff := 200 * time.Millisecond
@@ -285,7 +285,7 @@ func (e *Engine) Run(ctx context.Context, updates <-chan Update) error {
 			return
 		}
 		e.Log.Info("configuration applied", "generation", pending.Bundle.Model.Generation, "took", time.Since(start))
-		pending, backoff = nil, 200*time.Millisecond
+		last, pending, backoff = pending, nil, 200*time.Millisecond
 		e.refresh(ctx)
 	}
 	for {
@@ -298,6 +298,13 @@ func (e *Engine) Run(ctx context.Context, updates <-chan Update) error {
 		case <-retry.C:
 			apply()
 		case <-e.Driver.Changes():
+			// A dataplane that lost its configuration (a WireGuard device whose own container
+			// restarted) gets the last one again.
+			if r, ok := e.Driver.(reapplier); ok && r.NeedsApply() && pending == nil && last != nil {
+				pending = last
+				apply()
+				continue
+			}
 			e.refresh(ctx)
 		case <-tick.C:
 			e.refresh(ctx)
@@ -306,6 +313,9 @@ func (e *Engine) Run(ctx context.Context, updates <-chan Update) error {
 		}
 	}
 }
+
+// reapplier is a Driver that can lose its configuration behind the agent's back.
+type reapplier interface{ NeedsApply() bool }
 
 // refresh checks the ruleset first: a drifted table is repaired before its counters are read.
 func (e *Engine) refresh(ctx context.Context) {

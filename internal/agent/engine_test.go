@@ -257,3 +257,65 @@ func TestEngineRunVerifiesOnItsOwnTicker(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// lossyDriver loses its configuration on demand (an external WireGuard device whose container
+// restarted) and says so through Changes and NeedsApply.
+type lossyDriver struct {
+	fakeDriver
+	mu      sync.Mutex
+	lost    bool
+	applies int
+	changes chan struct{}
+}
+
+func (d *lossyDriver) Apply(context.Context, *render.Bundle, Secrets) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.applies++
+	d.lost = false
+	return nil
+}
+func (d *lossyDriver) Changes() <-chan struct{} { return d.changes }
+func (d *lossyDriver) NeedsApply() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lost
+}
+func (d *lossyDriver) count() int { d.mu.Lock(); defer d.mu.Unlock(); return d.applies }
+
+// A dataplane that lost its configuration gets the last applied one again, without a new update.
+func TestEngineReappliesWhatTheDriverLost(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := &lossyDriver{changes: make(chan struct{}, 1)}
+	e := &Engine{Driver: d, Firewall: &fakeFirewall{}, Log: logr.Discard(), SkipLocalAddress: true,
+		RefreshEvery: time.Hour, VerifyEvery: time.Hour}
+	updates := make(chan Update)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx, updates) }()
+	updates <- Update{Bundle: bundle()}
+	waitFor := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for d.count() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d applies, want %d", d.count(), n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor(1)
+	d.changes <- struct{}{} // a change that lost nothing: no apply
+	d.mu.Lock()
+	d.lost = true
+	d.mu.Unlock()
+	d.changes <- struct{}{}
+	waitFor(2)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if d.count() != 2 {
+		t.Errorf("%d applies, want 2", d.count())
+	}
+}

@@ -1,11 +1,15 @@
 package wireguard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/vishvananda/netlink"
 	"golang.zx2c4.com/wireguard/conn"
@@ -94,31 +98,44 @@ func (d *Driver) openDevice() error {
 }
 
 func (d *Driver) startUserspace() error {
-	tdev, err := tun.CreateTUN(d.name, DefaultMTU)
+	u, err := startUserspaceDevice(d.name, d.log)
 	if err != nil {
-		return fmt.Errorf("creating TUN %s for the userspace WireGuard device: %w", d.name, err)
+		return err
 	}
-	name, err := tdev.Name()
+	d.uspace = u
+	d.mode = ModeUserspace
+	d.created = true
+	d.log.Info("started embedded userspace WireGuard device")
+	return nil
+}
+
+// startUserspaceDevice creates the TUN name, runs a wireguard-go device on it and serves its
+// UAPI socket in UAPIDir.
+func startUserspaceDevice(name string, log logr.Logger) (*userspaceDevice, error) {
+	tdev, err := tun.CreateTUN(name, DefaultMTU)
+	if err != nil {
+		return nil, fmt.Errorf("creating TUN %s for the userspace WireGuard device: %w", name, err)
+	}
+	got, err := tdev.Name()
 	if err != nil {
 		_ = tdev.Close()
-		return fmt.Errorf("TUN %s: %w", d.name, err)
+		return nil, fmt.Errorf("TUN %s: %w", name, err)
 	}
-	if name != d.name {
+	if got != name {
 		_ = tdev.Close()
-		return fmt.Errorf("TUN was created as %s instead of %s", name, d.name)
+		return nil, fmt.Errorf("TUN was created as %s instead of %s", got, name)
 	}
-	logger := deviceLogger(d.log.WithName("wireguard-go"))
-	dev := device.NewDevice(tdev, conn.NewDefaultBind(), logger)
+	dev := device.NewDevice(tdev, conn.NewDefaultBind(), deviceLogger(log.WithName("wireguard-go")))
 	file, err := ipc.UAPIOpen(name)
 	if err != nil {
 		dev.Close()
-		return fmt.Errorf("opening the UAPI socket of %s in %s: %w", name, UAPIDir, err)
+		return nil, fmt.Errorf("opening the UAPI socket of %s in %s: %w", name, UAPIDir, err)
 	}
 	uapi, err := ipc.UAPIListen(name, file)
 	_ = file.Close()
 	if err != nil {
 		dev.Close()
-		return fmt.Errorf("listening on the UAPI socket of %s: %w", name, err)
+		return nil, fmt.Errorf("listening on the UAPI socket of %s: %w", name, err)
 	}
 	go func() {
 		for {
@@ -129,23 +146,91 @@ func (d *Driver) startUserspace() error {
 			go dev.IpcHandle(c)
 		}
 	}()
-	d.uspace = &userspaceDevice{dev: dev, uapi: uapi, sock: filepath.Join(UAPIDir, name+".sock")}
-	d.mode = ModeUserspace
-	d.created = true
-	d.log.Info("started embedded userspace WireGuard device")
-	return nil
+	return &userspaceDevice{dev: dev, uapi: uapi, sock: filepath.Join(UAPIDir, name+".sock")}, nil
+}
+
+// close stops the device (the TUN goes with it) and removes its UAPI socket.
+func (u *userspaceDevice) close() error {
+	err := u.uapi.Close()
+	u.dev.Close()
+	if rerr := os.Remove(u.sock); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	return err
+}
+
+// RunDevice runs a userspace WireGuard device named name — a TUN, wireguard-go and its UAPI
+// socket in UAPIDir, with no configuration at all — until ctx ends, then removes it. It is the
+// gateway pod's wireguard container: the device lives in a process of its own, so the agent,
+// which configures it over the UAPI socket (ModeExternal), can restart without the tunnels
+// noticing. It holds no key until the agent configures one, and no API credentials ever.
+func RunDevice(ctx context.Context, name string, log logr.Logger) error {
+	if err := validInterfaceName(name); err != nil {
+		return err
+	}
+	u, err := startUserspaceDevice(name, log)
+	if err != nil {
+		return err
+	}
+	log.Info("userspace WireGuard device running; the agent configures it over its UAPI socket", "interface", name, "socket", u.sock)
+	select {
+	case <-ctx.Done():
+	case <-u.dev.Wait():
+	}
+	log.Info("stopping the userspace WireGuard device", "interface", name)
+	return u.close()
+}
+
+// uapiAnswers: a device listens on the UAPI socket (a socket file left by a device that died
+// refuses the connection).
+func uapiAnswers(sock string) error {
+	c, err := net.DialTimeout("unix", sock, time.Second)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// UAPIAnswers reports whether a userspace device named name listens on its UAPI socket.
+func UAPIAnswers(name string) error { return uapiAnswers(filepath.Join(UAPIDir, name+".sock")) }
+
+// openExternal waits until the pod's wireguard container has the device up: a TUN of the name
+// and its UAPI socket. It is adopted as it is (keys, peers and their endpoints intact) and never
+// deleted by the driver.
+func (d *Driver) openExternal(ctx context.Context) error {
+	sock := filepath.Join(UAPIDir, d.name+".sock")
+	wait := d.opts.ExternalWait
+	if wait <= 0 {
+		wait = DefaultExternalWait
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		link, err := netlink.LinkByName(d.name)
+		serr := uapiAnswers(sock)
+		switch {
+		case err == nil && link.Type() != "tuntap" && link.Type() != "tun":
+			return fmt.Errorf("interface %s is not a TUN (type %s): it is not the pod's userspace WireGuard device, refusing to use it", d.name, link.Type())
+		case err == nil && serr == nil:
+			d.mode = ModeExternal
+			d.log.Info("using the userspace WireGuard device of the pod's wireguard container", "socket", sock)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the userspace WireGuard device %s (its TUN and %s) did not appear within %s: is the pod's wireguard container running?", d.name, sock, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // teardown removes the device (DeleteOnClose, or a failed New).
 func (d *Driver) teardown() error {
 	if u := d.uspace; u != nil {
 		d.uspace = nil
-		err := u.uapi.Close()
-		u.dev.Close()
-		if rerr := os.Remove(u.sock); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			err = errors.Join(err, rerr)
-		}
-		return err
+		return u.close()
 	}
 	if d.mode == ModeKernel {
 		link, err := netlink.LinkByName(d.name)

@@ -63,12 +63,18 @@ const (
 	ModeKernel Mode = "kernel"
 	// ModeUserspace always uses the embedded userspace device (needs /dev/net/tun).
 	ModeUserspace Mode = "userspace"
+	// ModeExternal uses a userspace device another process of the pod runs (the gateway pod's
+	// wireguard container, RunDevice), configured over its UAPI socket: the driver waits for
+	// it, adopts it as it is and never creates or deletes it, so the tunnels outlive the agent.
+	ModeExternal Mode = "external"
 )
 
 // Defaults.
 const (
 	DefaultInterfaceName = "wg0"
 	DefaultPollInterval  = time.Second
+	// DefaultExternalWait is how long New waits for an external device to appear.
+	DefaultExternalWait = 60 * time.Second
 	// DefaultMTU is the TUN's MTU until the first Apply sets the rendered one.
 	DefaultMTU = 1420
 	// RejectAfterTime is WireGuard's REJECT_AFTER_TIME: a session older than this carries no
@@ -106,6 +112,9 @@ type Options struct {
 	// roaming peers at once (see endpoints.go). Its directory must exist and outlive the
 	// process (the gateway pod's emptyDir).
 	StateFile string
+	// ExternalWait (ModeExternal) is how long New waits for the device; DefaultExternalWait
+	// when zero.
+	ExternalWait time.Duration
 }
 
 // Driver is the WireGuard agent.Driver.
@@ -136,6 +145,10 @@ type Driver struct {
 	// Apply configured the device, from when on the device's peers are recorded in it.
 	mem        *endpointMemory
 	configured bool
+	// fresh (ModeExternal): the device has no key although it should — the wireguard container
+	// started it anew (at first, or after it restarted): it needs the whole configuration again,
+	// and the peers' remembered endpoints, like a device the driver created.
+	fresh bool
 
 	changes   chan struct{}
 	stop      chan struct{}
@@ -177,8 +190,8 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
 	}
-	if len(opts.InterfaceName) > 15 || strings.ContainsAny(opts.InterfaceName, "/ \t\n:") {
-		return nil, fmt.Errorf("interface name %q is not a valid Linux interface name", opts.InterfaceName)
+	if err := validInterfaceName(opts.InterfaceName); err != nil {
+		return nil, err
 	}
 	d := &Driver{
 		name:          opts.InterfaceName,
@@ -200,7 +213,11 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 			d.log.Info(why)
 		}
 	}
-	if err := d.openDevice(); err != nil {
+	open := d.openDevice
+	if opts.Mode == ModeExternal {
+		open = func() error { return d.openExternal(ctx) }
+	}
+	if err := open(); err != nil {
 		return nil, err
 	}
 	client, err := wgctrl.New()
@@ -211,16 +228,36 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("opening wgctrl: %w", err)
 	}
 	d.client = client
-	if _, err := d.client.Device(d.name); err != nil {
+	dev, err := d.client.Device(d.name)
+	if err != nil {
 		_ = d.client.Close()
 		if d.created {
 			_ = d.teardown()
 		}
 		return nil, fmt.Errorf("device %s is not reachable through wgctrl: %s", d.name, redact(err.Error()))
 	}
+	d.fresh = d.mode == ModeExternal && dev.PrivateKey == wgtypes.Key{}
+	wipeDevice(dev)
 	d.log.Info("WireGuard device ready", "mode", string(d.mode))
 	go d.poll()
 	return d, nil
+}
+
+// validInterfaceName refuses names Linux would not take for an interface.
+func validInterfaceName(name string) error {
+	if name == "" || len(name) > 15 || strings.ContainsAny(name, "/ \t\n:") {
+		return fmt.Errorf("interface name %q is not a valid Linux interface name", name)
+	}
+	return nil
+}
+
+// NeedsApply reports that the device lost its configuration behind the driver's back (an
+// external device whose wireguard container restarted): the agent applies the last
+// configuration again (agent.Engine, on Changes).
+func (d *Driver) NeedsApply() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.fresh && d.configured
 }
 
 // InterfaceName is the device's name.
@@ -464,19 +501,28 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 		return err
 	}
 	d.configured = true
+	d.fresh = false
 	if restored > 0 {
 		d.log.Info("peers' last endpoints restored from the previous device", "peers", restored)
 	}
 	if d.mem != nil {
 		clear(d.mem.restore) // they served the device's first configuration
 	}
-	d.initiate(initiate)
+	if d.mode == ModeExternal {
+		alive := map[wgtypes.Key]time.Duration{}
+		for _, k := range initiate {
+			alive[k] = wants[k].alive
+		}
+		d.initiateExternal(ctx, alive)
+	} else {
+		d.initiate(initiate)
+	}
 	return nil
 }
 
 // restoreFor is the endpoint memory's entry for a peer on a device this driver created.
 func (d *Driver) restoreFor(dev, peer wgtypes.Key, now time.Time) (*net.UDPAddr, bool) {
-	if !d.created {
+	if !d.created && !d.fresh {
 		return nil, false
 	}
 	return d.mem.restoreFor(dev, peer, now)

@@ -1,6 +1,7 @@
 package wireguard
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -132,6 +133,14 @@ func (m *endpointMemory) restoreFor(dev, peer wgtypes.Key, now time.Time) (*net.
 	return net.UDPAddrFromAddrPort(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())), live
 }
 
+// rearm makes everything remembered restorable again: the device lost its peers (an external
+// device whose container restarted) and is to be re-seeded like one the driver created.
+func (m *endpointMemory) rearm() {
+	if m != nil {
+		m.restore = maps.Clone(m.saved)
+	}
+}
+
 // note records the device's peers (dev is the device's public key) and writes the file when an
 // endpoint changed, a peer came or went, or a handshake is stateHandshakeRefresh newer than its
 // record (at most every stateMinInterval). The error is for the log.
@@ -206,6 +215,71 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	return nil
 }
+
+// initiateExternal makes an external device (ModeExternal) send each peer (with its desired
+// persistent keepalive) a handshake initiation now. UAPI has no such request, but wireguard-go
+// sends a keepalive — which, without a session, starts a handshake — when a peer's persistent
+// keepalive is switched on while the device is up; the device learns that its new TUN is up a
+// moment after the link is. So: switch it on, see whether the peer sent anything, else switch
+// it off and on again, for up to initiateExternalWait; then set the peer's own keepalive back.
+func (d *Driver) initiateExternal(ctx context.Context, peers map[wgtypes.Key]time.Duration) {
+	if len(peers) == 0 {
+		return
+	}
+	set := func(every time.Duration) error {
+		cfg := wgtypes.Config{}
+		for k, own := range peers {
+			ka := every
+			if every < 0 {
+				ka = own
+			}
+			cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{PublicKey: k, UpdateOnly: true, PersistentKeepaliveInterval: &ka})
+		}
+		return d.client.ConfigureDevice(d.name, cfg)
+	}
+	defer func() {
+		if err := set(-1); err != nil {
+			d.log.Info("restoring the peers' persistent keepalive failed", "error", redact(err.Error()))
+		}
+	}()
+	deadline := time.Now().Add(initiateExternalWait)
+	for {
+		if err := set(0); err != nil {
+			d.log.Info("initiating handshakes failed", "error", redact(err.Error()))
+			return
+		}
+		if err := set(initiateKeepalive); err != nil {
+			d.log.Info("initiating handshakes failed", "error", redact(err.Error()))
+			return
+		}
+		dev, err := d.client.Device(d.name)
+		if err != nil {
+			return
+		}
+		wipeDevice(dev)
+		sent := 0
+		for _, p := range dev.Peers {
+			if _, ok := peers[p.PublicKey]; ok && p.TransmitBytes > 0 {
+				sent++
+			}
+		}
+		if sent == len(peers) || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// initiateKeepalive is the persistent keepalive initiateExternal switches on for a moment;
+// initiateExternalWait how long it tries.
+const (
+	initiateKeepalive    = 25 * time.Second
+	initiateExternalWait = 2 * time.Second
+)
 
 // initiate sends each of peers a handshake initiation now (userspace device only: the kernel
 // has no such request, and a kernel device outlives the agent anyway). The device is brought up

@@ -32,8 +32,17 @@ func (d *Driver) peersLocked(now time.Time) (map[string]agent.PeerState, error) 
 	if err != nil {
 		return nil, fmt.Errorf("reading device %s: %s", d.name, redact(err.Error()))
 	}
+	keyless := dev.PrivateKey == (wgtypes.Key{}) // (wgctrl derives a public key even from none)
 	wipeDevice(dev)
-	if d.configured {
+	if d.mode == ModeExternal && d.configured && keyless {
+		if !d.fresh {
+			d.log.Info("the WireGuard device lost its configuration (its container restarted): applying it again")
+			d.fresh = true
+			clear(d.applied)
+			d.mem.rearm()
+			d.signal()
+		}
+	} else if d.configured {
 		if err := d.mem.note(dev.PublicKey, dev.Peers, now); err != nil {
 			d.log.Info("the peers' endpoints are not remembered across a restart", "error", err.Error())
 		}

@@ -69,6 +69,8 @@ const (
 	ContainerAgentInit = "agent-init"
 	ContainerAgent     = "agent"
 	ContainerCharon    = "charon"
+	// ContainerWireGuard runs the userspace WireGuard device (userspace dataplane only).
+	ContainerWireGuard = "wireguard"
 
 	VolumeConfig        = "config"
 	VolumeStrongSwanRun = "strongswan-run"

@@ -174,7 +174,10 @@ func TestContainersUnprivilegedWithListedCapabilitiesOnly(t *testing.T) {
 	wgCaps := map[string][]string{
 		"agent-init": {"NET_ADMIN"},
 		"agent":      {"NET_ADMIN"},
+		"wireguard":  {"NET_ADMIN"},
 	}
+	kernelOpts := renderCases()[1].opts
+	kernelOpts.UserspaceDataplane = false
 	lowPortWG := func() *model.Gateway {
 		gw := wireguardPSK()
 		gw.WireGuard.ListenPort = 443
@@ -191,6 +194,15 @@ func TestContainersUnprivilegedWithListedCapabilitiesOnly(t *testing.T) {
 		{"ipsec-hostnetwork", ipsecHostNetworkTwoPeers, renderCases()[2].opts, ipsecCaps},
 		{"ipsec-userspace", ipsecNoPeers, renderCases()[3].opts, ipsecCaps},
 		{"wireguard-port-below-1024", lowPortWG, renderCases()[1].opts, map[string][]string{
+			"agent-init": {"NET_ADMIN"},
+			"agent":      {"NET_ADMIN"},
+			"wireguard":  {"NET_ADMIN", "NET_BIND_SERVICE"}, // it binds the port
+		}},
+		{"wireguard-kernel", wireguardPSK, kernelOpts, map[string][]string{
+			"agent-init": {"NET_ADMIN"},
+			"agent":      {"NET_ADMIN"},
+		}},
+		{"wireguard-kernel-port-below-1024", lowPortWG, kernelOpts, map[string][]string{
 			"agent-init": {"NET_ADMIN"},
 			"agent":      {"NET_ADMIN", "NET_BIND_SERVICE"},
 		}},
@@ -278,7 +290,7 @@ func TestContainersUnprivilegedWithListedCapabilitiesOnly(t *testing.T) {
 			}
 			wantTunIn := "charon"
 			if gw.Protocol == model.ProtocolWireGuard {
-				wantTunIn = "agent"
+				wantTunIn = "wireguard"
 			}
 			for _, ctr := range allContainers(c) {
 				for _, m := range ctr.VolumeMounts {
@@ -579,7 +591,21 @@ func TestDeploymentShape(t *testing.T) {
 				}
 			}
 			wantNames := []string{"charon", "agent"}
-			if gw.Protocol == model.ProtocolWireGuard {
+			wgUserspace := gw.Protocol == model.ProtocolWireGuard && tc.opts.UserspaceDataplane
+			switch {
+			case wgUserspace:
+				// the device in a container of its own, configured by the agent over UAPI
+				wantNames = []string{"wireguard", "agent"}
+				dev := pod.Containers[0]
+				if *dev.Image != tc.opts.AgentImage || !slices.Equal(dev.Command, []string{"/gateway-agent"}) ||
+					!slices.Equal(dev.Args, []string{"wireguard-device", "--interface", "wg0"}) {
+					t.Errorf("wireguard container %s %v %v", *dev.Image, dev.Command, dev.Args)
+				}
+				if len(dev.Ports) != 1 || *dev.Ports[0].Protocol != corev1.ProtocolUDP || *dev.Ports[0].ContainerPort != int32(gw.WireGuard.ListenPort) {
+					t.Errorf("wireguard container ports %+v", dev.Ports)
+				}
+				dataplane = append(dataplane, "--wireguard-mode=external")
+			case gw.Protocol == model.ProtocolWireGuard:
 				wantNames = []string{"agent"}
 			}
 			if !slices.Equal(names, wantNames) {

@@ -13,6 +13,7 @@ import (
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
 
 // Capabilities: every container drops ALL and adds back only these.
@@ -31,9 +32,11 @@ const terminationGracePeriod int64 = 10
 //   - agent-init installs the nftables ruleset: NET_ADMIN.
 //   - charon (IPsec only) binds UDP 500/4500, installs SAs/routes and uses raw sockets:
 //     NET_ADMIN, NET_BIND_SERVICE, NET_RAW.
-//   - agent applies nftables changes and drives WireGuard: NET_ADMIN; for WireGuard with a
-//     listen port below 1024 also NET_BIND_SERVICE (the userspace device binds it itself).
-func ContainerCapabilities(gw *model.Gateway, container string) []corev1.Capability {
+//   - agent applies nftables changes and drives WireGuard: NET_ADMIN; for a kernel WireGuard
+//     device with a listen port below 1024 also NET_BIND_SERVICE.
+//   - wireguard (WireGuard on a userspace dataplane only) creates the TUN and binds the listen
+//     port: NET_ADMIN, and NET_BIND_SERVICE for a port below 1024.
+func ContainerCapabilities(gw *model.Gateway, container string, userspace bool) []corev1.Capability {
 	switch container {
 	case ContainerAgentInit:
 		return []corev1.Capability{capNetAdmin}
@@ -43,12 +46,24 @@ func ContainerCapabilities(gw *model.Gateway, container string) []corev1.Capabil
 		}
 		return []corev1.Capability{capNetAdmin, capNetBindService, capNetRaw}
 	case ContainerAgent:
-		if gw.Protocol == model.ProtocolWireGuard && gw.WireGuard != nil && gw.WireGuard.ListenPort < 1024 {
+		if lowWireGuardPort(gw) && !userspace {
+			return []corev1.Capability{capNetAdmin, capNetBindService}
+		}
+		return []corev1.Capability{capNetAdmin}
+	case ContainerWireGuard:
+		switch {
+		case gw.Protocol != model.ProtocolWireGuard || !userspace:
+			return nil
+		case lowWireGuardPort(gw):
 			return []corev1.Capability{capNetAdmin, capNetBindService}
 		}
 		return []corev1.Capability{capNetAdmin}
 	}
 	return nil
+}
+
+func lowWireGuardPort(gw *model.Gateway) bool {
+	return gw.Protocol == model.ProtocolWireGuard && gw.WireGuard != nil && gw.WireGuard.ListenPort < 1024
 }
 
 // securityContext is the same hardening for every container: no privilege, no escalation,
@@ -81,7 +96,7 @@ func container(gw *model.Gateway, name, image string, opts Options) *corev1ac.Co
 	c := corev1ac.Container().
 		WithName(name).
 		WithImage(image).
-		WithSecurityContext(securityContext(ContainerCapabilities(gw, name))).
+		WithSecurityContext(securityContext(ContainerCapabilities(gw, name, opts.UserspaceDataplane))).
 		WithResources(resources()).
 		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError)
 	if opts.ImagePullPolicy != "" {
@@ -186,18 +201,31 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 		volumes = append(volumes, corev1ac.Volume().WithName(VolumeStrongSwanRun).
 			WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
 	} else {
-		// WireGuard: the agent runs the device (kernel via netlink, or embedded wireguard-go).
-		agent.WithPorts(corev1ac.ContainerPort().
+		wgPort := corev1ac.ContainerPort().
 			WithName(PortWireGuard).
 			WithContainerPort(int32(gw.WireGuard.ListenPort)).
-			WithProtocol(corev1.ProtocolUDP))
-		// The embedded wireguard-go (when the kernel has no WireGuard) needs a writable
-		// directory for its UAPI socket.
-		agent.WithVolumeMounts(corev1ac.VolumeMount().WithName(VolumeWireGuardRun).WithMountPath(WireGuardRunDir))
+			WithProtocol(corev1.ProtocolUDP)
+		// The UAPI socket of a userspace device, and the peers' last endpoints, live in an
+		// emptyDir: they outlive the agent's container.
+		wgRun := corev1ac.VolumeMount().WithName(VolumeWireGuardRun).WithMountPath(WireGuardRunDir)
+		agent.WithVolumeMounts(wgRun)
 		volumes = append(volumes, corev1ac.Volume().WithName(VolumeWireGuardRun).
 			WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
 		if opts.UserspaceDataplane {
-			agent.WithVolumeMounts(tunMount())
+			// A userspace device runs in a container of its own, as charon does for IPsec:
+			// the agent configures it over its UAPI socket and can restart without the tunnels
+			// noticing. It holds no API credentials; it faces the internet.
+			device := container(gw, ContainerWireGuard, opts.AgentImage, opts).
+				WithCommand(AgentCommand).
+				WithArgs("wireguard-device", "--interface", nft.WireGuardDevice(gw)).
+				WithPorts(wgPort).
+				WithVolumeMounts(wgRun, tunMount())
+			containers = append(containers, device)
+			agent.WithArgs("--wireguard-mode=external")
+		} else {
+			// A kernel device: the agent creates and configures it; it outlives the agent's
+			// container with the pod's network namespace.
+			agent.WithPorts(wgPort)
 		}
 	}
 	containers = append(containers, agent)

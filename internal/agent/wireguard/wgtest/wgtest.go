@@ -45,6 +45,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"golang.zx2c4.com/wireguard/wgctrl"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -94,6 +95,10 @@ type Options struct {
 	KeepDevice bool `json:"keepDevice"`
 	// StateFile is the driver's endpoint memory (Options.StateFile); none when empty.
 	StateFile string `json:"stateFile"`
+	// DeviceOnly runs no driver: the helper is the gateway pod's wireguard container
+	// (wireguard.RunDevice), a bare userspace device that a driver in ModeExternal configures.
+	// Such a node answers no requests; Stop or Kill end it.
+	DeviceOnly bool `json:"deviceOnly"`
 }
 
 var nameSeq atomic.Int64
@@ -281,6 +286,15 @@ func (n *Node) Changed() (bool, error) {
 	return resp.Changed, nil
 }
 
+// NeedsApply is the driver's NeedsApply: its device lost the configuration behind its back.
+func (n *Node) NeedsApply() (bool, error) {
+	var resp response
+	if err := n.roundTrip(request{Op: "needsApply"}, &resp); err != nil {
+		return false, err
+	}
+	return resp.Changed, nil
+}
+
 // Device reads the node's device through its UAPI socket from the calling process, as
 // `wg show` does (userspace devices; a kernel device is only visible inside its namespace).
 // The result holds the private and pre-shared keys, as wgctrl returns them: never print it.
@@ -417,6 +431,9 @@ func helperMain(spec string, in io.Reader, out, logOut io.Writer) int {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if opts.DeviceOnly {
+		return deviceMain(ctx, opts.InterfaceName, in, enc, log)
+	}
 	d, err := wireguard.New(ctx, wireguard.Options{
 		InterfaceName: opts.InterfaceName,
 		Mode:          opts.Mode,
@@ -463,6 +480,8 @@ func helperMain(spec string, in io.Reader, out, logOut io.Writer) int {
 					resp.Changed = true
 				default:
 				}
+			case "needsApply":
+				resp.Changed = d.NeedsApply()
 			default:
 				resp.Error = fmt.Sprintf("unknown op %q", req.Op)
 			}
@@ -474,6 +493,42 @@ func helperMain(spec string, in io.Reader, out, logOut io.Writer) int {
 	// stdin closed: the test is done with us (or died).
 	if err := d.Close(); err != nil {
 		log.Info("closing the driver", "error", err.Error())
+		return 1
+	}
+	return 0
+}
+
+// deviceMain runs a bare userspace device until in closes: ready once its UAPI socket exists.
+func deviceMain(ctx context.Context, name string, in io.Reader, enc *json.Encoder, log logr.Logger) int {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wireguard.RunDevice(ctx, name, log) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if wireguard.UAPIAnswers(name) == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			_ = enc.Encode(response{Error: fmt.Sprintf("device: %v", err)})
+			cancel()
+			return 1
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = enc.Encode(response{Error: "device: nothing answers on the UAPI socket of " + name})
+			cancel()
+			return 1
+		}
+	}
+	if err := enc.Encode(response{Ready: true, Mode: wireguard.ModeUserspace}); err != nil {
+		cancel()
+		return 1
+	}
+	_, _ = io.Copy(io.Discard, in) // until the test closes stdin
+	cancel()
+	if err := <-done; err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return 0
