@@ -694,9 +694,9 @@ func testFaults(t *testing.T) {
 			})
 		}},
 		{"agent killed WireGuard", func(t *testing.T) {
-			// The goal is ≤ 1 s; measured 0.8–1.0 s in every run (README), which leaves no
-			// margin on a loaded 2-core machine: the bound is 2 s, the figure is printed.
-			withProbes(t, "agent killed (WireGuard)", []faultSite{hqSite(0), roamSite(2 * time.Second)}, func(t *testing.T) {
+			// The device runs in the pod's wireguard container: the agent's death touches no
+			// tunnel (as for IPsec, where charon has its own container).
+			withProbes(t, "agent killed (WireGuard)", []faultSite{hqSite(0), roamSite(time.Second)}, func(t *testing.T) {
 				killContainer(t, wgGW, "agent")
 			})
 		}},
