@@ -11,11 +11,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
 
 // nodeRoutes is the node's IPv4 main routing table and its policy rules, as text: what a
 // host-network gateway must leave alone (its routes into the tunnel live in charon's table 220
-// and its WireGuard routes are its own, proto 98).
+// and its WireGuard routes are its own, proto 98). The one rule the gateway adds — charon's,
+// consulting table 220 for packets carrying the gateway's RouteMark alone — is left out: it
+// is the gateway's own and touches no other packet.
 func nodeRoutes(t *testing.T) string {
 	t.Helper()
 	routes, err := L.run(10*time.Second, "ip", "-4", "route", "show", "table", "main")
@@ -26,7 +29,14 @@ func nodeRoutes(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.TrimSpace(routes) + "\n--- rules\n" + strings.TrimSpace(rules)
+	own := fmt.Sprintf("fwmark %#x/%#x lookup 220", nft.RouteMark, nft.RouteMark)
+	var kept []string
+	for _, l := range strings.Split(strings.TrimSpace(rules), "\n") {
+		if !strings.Contains(l, own) {
+			kept = append(kept, strings.TrimSpace(l))
+		}
+	}
+	return strings.TrimSpace(routes) + "\n--- rules\n" + strings.Join(kept, "\n")
 }
 
 // routesWhileRunning is the node's routing while the lab's host-network gateway runs (read at
