@@ -126,11 +126,34 @@ func test4fReverseExposures(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { _ = L.deleteAndWait(own, 60*time.Second) })
+	ips := map[string]string{}
 	for _, p := range []struct{ ns, name string }{{labNS, own.Name}, {stranger, "client"}} {
-		if _, err := L.podRunning(p.ns, p.name, 60*time.Second); err != nil {
+		pod, err := L.podRunning(p.ns, p.name, 60*time.Second)
+		if err != nil {
 			t.Fatal(err)
 		}
+		ips[p.ns] = pod.Status.PodIP
 	}
+
+	// On the node, the host-network gateway's ruleset admits the tenant's pod and not the
+	// other namespace's (NetworkPolicy does not apply to a host-network pod: the ruleset is
+	// all there is).
+	t.Run("the host-network gateway's ruleset holds the tenant's pods only", func(t *testing.T) {
+		err := eventually(60*time.Second, func() error {
+			out, err := L.run(10*time.Second, "nft", "list", "set", "ip", "bnerd_vpn", "reverse_clients")
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(out, ips[labNS]) || strings.Contains(out, ips[stranger]) {
+				return fmt.Errorf("reverse_clients %q: want %s (%s) and not %s (%s)", strings.Join(strings.Fields(out), " "), ips[labNS], labNS, ips[stranger], stranger)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("reverse_clients holds %s (%s), not %s (%s)", ips[labNS], labNS, ips[stranger], stranger)
+	})
 
 	for _, x := range targets {
 		t.Run(x.gateway, func(t *testing.T) {
