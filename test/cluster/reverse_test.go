@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -144,7 +145,8 @@ func test4fReverseExposures(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if !strings.Contains(out, ips[labNS]) || strings.Contains(out, ips[stranger]) {
+			elems := strings.FieldsFunc(out, func(r rune) bool { return strings.ContainsRune(" \t\n,{}", r) })
+			if !slices.Contains(elems, ips[labNS]) || slices.Contains(elems, ips[stranger]) {
 				return fmt.Errorf("reverse_clients %q: want %s (%s) and not %s (%s)", strings.Join(strings.Fields(out), " "), ips[labNS], labNS, ips[stranger], stranger)
 			}
 			return nil
