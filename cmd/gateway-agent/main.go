@@ -13,14 +13,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +38,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/kube"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
+	"github.com/bnerd/bnerd-vpn-operator/internal/version"
 )
 
 func main() {
@@ -52,6 +52,7 @@ func command() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "gateway-agent",
 		Short:         "Apply a VPN gateway's rendered dataplane and report its tunnels",
+		Version:       version.Get(),
 		SilenceUsage:  true,
 		SilenceErrors: false,
 		PersistentPreRun: func(*cobra.Command, []string) {
@@ -186,7 +187,9 @@ func runCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer cancel()
-			return run(ctx, o, ctrllog.Log.WithName("agent"))
+			log := ctrllog.Log.WithName("agent")
+			log.Info("gateway agent starting", "version", version.Get(), "goversion", runtime.Version())
+			return run(ctx, o, log)
 		},
 	}
 	f := cmd.Flags()
@@ -290,9 +293,7 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 const teardownWait = 5 * time.Second
 
 func metricsServer(o runOptions, e *agent.Engine, rejected func() uint64) *http.Server {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(&metrics.Collector{Namespace: o.namespace, Gateway: o.gateway, Snapshot: e.Last, Repairs: e.Repairs, Rejected: rejected})
+	reg := metrics.NewRegistry(&metrics.Collector{Namespace: o.namespace, Gateway: o.gateway, Snapshot: e.Last, Repairs: e.Repairs, Rejected: rejected})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })

@@ -10,8 +10,10 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 )
 
-// version is set at build time (make kubectl-vpn).
-var version = "dev"
+// version, when set at link time (-X main.version=...), overrides the shared version
+// (internal/version: its own -X variable, else the build's VCS information). Kept so that
+// builds passing -X main.version keep working.
+var version string
 
 func main() {
 	cmd := newRootCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})

@@ -21,6 +21,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/deviceconfig"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+	buildversion "github.com/bnerd/bnerd-vpn-operator/internal/version"
 )
 
 // env is a real kube-apiserver with the CRDs; no operator runs, so tests write the gateways'
@@ -395,12 +396,22 @@ func TestRoundTripThroughCluster(t *testing.T) {
 	}
 }
 
+// --version prints the shared version (internal/version), or main.version when a build set it
+// with -X main.version (older Makefiles).
 func TestVersion(t *testing.T) {
-	var out bytes.Buffer
-	cmd := newRootCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
-	cmd.SetArgs([]string{"--version"})
-	if err := cmd.Execute(); err != nil || !strings.Contains(out.String(), "kubectl vpn version dev") {
-		t.Fatalf("%v %q", err, out.String())
+	defer func(v, shared string) { version, buildversion.Version = v, shared }(version, buildversion.Version)
+	for _, tc := range []struct{ main, shared, want string }{
+		{"", "", "kubectl vpn version " + buildversion.Get() + "\n"},
+		{"", "v1.2.3-shared", "kubectl vpn version v1.2.3-shared\n"},
+		{"v1.2.3-main", "v1.2.3-shared", "kubectl vpn version v1.2.3-main\n"},
+	} {
+		version, buildversion.Version = tc.main, tc.shared
+		var out bytes.Buffer
+		cmd := newRootCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
+		cmd.SetArgs([]string{"--version"})
+		if err := cmd.Execute(); err != nil || out.String() != tc.want {
+			t.Errorf("main.version %q, version.Version %q: %v %q, want %q", tc.main, tc.shared, err, out.String(), tc.want)
+		}
 	}
 }
 

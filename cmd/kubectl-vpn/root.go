@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/kube"
+	buildversion "github.com/bnerd/bnerd-vpn-operator/internal/version"
 )
 
 // options are the flags every subcommand shares: kubeconfig, context, namespace, ...
@@ -42,7 +44,7 @@ func newRoot(streams genericiooptions.IOStreams, configure func(*options)) *cobr
 parameter sheet turned into VPNGateway/VPNPeer/Secret manifests (import), the gateways and
 their peers' tunnels at a glance (status), and a verdict per peer with the next step
 (diagnose).`,
-		Version:       version,
+		Version:       cmp.Or(version, buildversion.Get()),
 		SilenceUsage:  true,
 		SilenceErrors: false,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl vpn"},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
+	"github.com/bnerd/bnerd-vpn-operator/internal/version"
 )
 
 func main() {
@@ -42,10 +44,12 @@ func command() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:           "operator",
 		Short:         "Reconcile VPNGateways and VPNPeers into site-to-site VPN gateway pods",
+		Version:       version.Get(),
 		SilenceUsage:  true,
 		SilenceErrors: false,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			ctrl.Log.WithName("operator").Info("bnerd-vpn-operator starting", "version", version.Get(), "goversion", runtime.Version())
 			p, err := netip.ParsePrefix(pool)
 			if err != nil {
 				return fmt.Errorf("--service-cidr-pool %q: %w", pool, err)

@@ -18,6 +18,8 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
+	"github.com/bnerd/bnerd-vpn-operator/internal/version"
 )
 
 // Why a supervisor around controller-runtime's manager, and not its hooks.
@@ -139,7 +141,24 @@ var restarts = prometheus.NewCounter(prometheus.CounterOpts{
 	Help: "Managers that stopped by themselves (lost leader lease, caches that did not sync) and were replaced in-process.",
 })
 
-func init() { ctrlmetrics.Registry.MustRegister(restarts) }
+// RegisterMetrics adds the operator's own metrics to reg: the gateways' readiness
+// (controller.RegisterMetrics), the in-process manager restarts and bnerd_vpn_build_info. Run
+// registers them into controller-runtime's registry (what /metrics serves) before it listens;
+// registering them again is harmless.
+func RegisterMetrics(reg prometheus.Registerer) error {
+	if err := controller.RegisterMetrics(reg); err != nil {
+		return err
+	}
+	for _, c := range []prometheus.Collector{restarts, version.NewBuildInfo()} {
+		if err := reg.Register(c); err != nil {
+			var already prometheus.AlreadyRegisteredError
+			if !errors.As(err, &already) {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // Status is the current status.
 func (r *Runner) Status() Status {
@@ -181,6 +200,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	cfg := r.Config
 	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := RegisterMetrics(ctrlmetrics.Registry); err != nil {
 		return err
 	}
 	if cfg.LeaderElection && cfg.LeaderElectionIdentity == "" {

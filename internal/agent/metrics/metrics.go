@@ -7,9 +7,20 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
+	"github.com/bnerd/bnerd-vpn-operator/internal/version"
 )
+
+// NewRegistry is the registry the agent's /metrics serves: the Go runtime's and the process's
+// metrics, bnerd_vpn_build_info, and c. A registry of its own, never the global one.
+func NewRegistry(c *Collector) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		version.NewBuildInfo(), c)
+	return reg
+}
 
 // Collector reads the engine's latest snapshot at scrape time.
 type Collector struct {
