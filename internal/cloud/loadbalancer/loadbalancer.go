@@ -86,6 +86,10 @@ func Service(req cloud.Request) *corev1ac.ServiceApplyConfiguration {
 	spec := corev1ac.ServiceSpec().
 		WithType(corev1.ServiceTypeLoadBalancer).
 		WithExternalTrafficPolicy(corev1.ServiceExternalTrafficPolicyLocal).
+		// The pod's readiness is its agent's; the tunnels do not depend on it (charon and the
+		// WireGuard device run in containers of their own). A restarting agent must not take
+		// the gateway out of its load balancer: that would cut every tunnel for as long.
+		WithPublishNotReadyAddresses(true).
 		WithSelector(children.SelectorLabels(req.Name))
 	names := map[uint16]string{cloud.IKEPort: PortIKE, cloud.NATTPort: PortNATT}
 	for _, p := range cloud.TunnelPorts(req.Protocol, req.WireGuardPort) {

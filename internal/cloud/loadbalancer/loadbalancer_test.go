@@ -108,6 +108,9 @@ func TestIPsecService(t *testing.T) {
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal {
 		t.Errorf("type %s, externalTrafficPolicy %s", svc.Spec.Type, svc.Spec.ExternalTrafficPolicy)
 	}
+	if !svc.Spec.PublishNotReadyAddresses {
+		t.Error("a restarting agent (the pod not ready) would take the gateway out of its load balancer")
+	}
 	if ptr.Deref(svc.Spec.LoadBalancerClass, "") != "example.com/udp-lb" {
 		t.Errorf("loadBalancerClass %v", svc.Spec.LoadBalancerClass)
 	}

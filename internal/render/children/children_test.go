@@ -882,6 +882,9 @@ func TestReverseServices(t *testing.T) {
 		t.Fatalf("%d reverse Services, want 1", len(c.ReverseServices))
 	}
 	svc := c.ReverseServices[0]
+	if svc.Spec.PublishNotReadyAddresses == nil || !*svc.Spec.PublishNotReadyAddresses {
+		t.Error("a restarting agent (the pod not ready) would make the exposure unreachable")
+	}
 	if *svc.Name != "gamma-erp" || *svc.Spec.Type != corev1.ServiceTypeClusterIP || !reflect.DeepEqual(svc.Spec.Selector, SelectorLabels(gw.Name)) {
 		t.Errorf("Service %s type %v selector %v", *svc.Name, *svc.Spec.Type, svc.Spec.Selector)
 	}

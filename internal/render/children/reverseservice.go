@@ -40,6 +40,9 @@ func renderReverseServices(gw *model.Gateway, owner metav1.OwnerReference) []*co
 		labels[LabelReverseExposure] = r.Name
 		spec := corev1ac.ServiceSpec().
 			WithType(corev1.ServiceTypeClusterIP).
+			// The tunnels do not depend on the agent's readiness (see the load balancer's
+			// Service): a restarting agent keeps the exposure reachable.
+			WithPublishNotReadyAddresses(true).
 			WithSelector(SelectorLabels(gw.Name))
 		for _, p := range r.Ports {
 			proto := corev1.ProtocolTCP
