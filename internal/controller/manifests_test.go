@@ -1,13 +1,9 @@
 package controller_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -17,12 +13,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
+	"github.com/bnerd/bnerd-vpn-operator/internal/manifests"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
@@ -32,51 +27,20 @@ import (
 // readManifests returns the objects of a kustomization directory, following its resources.
 func readManifests(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	objs, err := manifests.Kustomization(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var k struct {
-		Resources []string `json:"resources"`
-	}
-	if err := yaml.Unmarshal(raw, &k); err != nil {
-		t.Fatal(err)
-	}
-	var out []*unstructured.Unstructured
-	for _, r := range k.Resources {
-		p := filepath.Join(dir, r)
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			out = append(out, readManifests(t, p)...)
-			continue
-		}
-		out = append(out, readYAML(t, p)...)
-	}
-	return out
+	return objs
 }
 
 func readYAML(t *testing.T, path string) []*unstructured.Unstructured {
 	t.Helper()
-	f, err := os.ReadFile(path)
+	objs, err := manifests.File(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []*unstructured.Unstructured
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(f)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return out
-		} else if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if len(u.Object) > 0 {
-			out = append(out, u)
-		}
-	}
+	return objs
 }
 
 // The manifests users install (config/default) are accepted by a real API server.
