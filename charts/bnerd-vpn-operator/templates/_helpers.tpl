@@ -1,0 +1,61 @@
+{{/* The operator's name: fixed, as config/default (one operator per cluster). */}}
+{{- define "bnerd-vpn-operator.name" -}}bnerd-vpn-operator{{- end -}}
+
+{{/* Labels every object of the chart carries besides its own. */}}
+{{- define "bnerd-vpn-operator.labels" -}}
+app.kubernetes.io/name: bnerd-vpn-operator
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
+
+{{/* The operator's flags, from the values. */}}
+{{- define "bnerd-vpn-operator.args" -}}
+{{- $v := .Values -}}
+{{- if $v.operator.leaderElection.enabled }}
+- --leader-elect
+- --leader-elect-lease-duration={{ $v.operator.leaderElection.leaseDuration }}
+- --leader-elect-renew-deadline={{ $v.operator.leaderElection.renewDeadline }}
+- --leader-elect-retry-period={{ $v.operator.leaderElection.retryPeriod }}
+{{- end }}
+- --service-cidr-pool={{ $v.network.serviceCIDRPool }}
+- --agent-image={{ $v.gateway.agentImage }}
+- --strongswan-image={{ $v.gateway.strongswanImage }}
+{{- with $v.gateway.imagePullPolicy }}
+- --image-pull-policy={{ . }}
+{{- end }}
+{{- if $v.gateway.userspaceDataplane }}
+- --userspace-dataplane
+{{- end }}
+{{- with $v.network.internalSourceCIDRs }}
+- --internal-source-cidrs={{ join "," . }}
+{{- end }}
+{{- with $v.network.clusterPodCIDRs }}
+- --cluster-pod-cidrs={{ join "," . }}
+{{- end }}
+{{- with $v.network.clusterServiceCIDRs }}
+- --cluster-service-cidrs={{ join "," . }}
+{{- end }}
+{{- with $v.network.nodeCIDRs }}
+- --node-cidrs={{ join "," . }}
+{{- end }}
+{{- with $v.network.allowedTargetCIDRs }}
+- --allowed-target-cidrs={{ join "," . }}
+{{- end }}
+{{- with $v.network.hostNetworkNamespaceSelector }}
+- --host-network-namespace-selector={{ . }}
+{{- end }}
+{{- if $v.openstack.enabled }}
+- --openstack-clouds-yaml=/etc/openstack/{{ $v.openstack.cloudsSecretKey }}
+- --openstack-cloud={{ $v.openstack.cloud }}
+- --openstack-network-id={{ $v.openstack.networkID }}
+{{- with $v.openstack.subnetID }}
+- --openstack-subnet-id={{ . }}
+{{- end }}
+- --openstack-nad-master={{ $v.openstack.nadMaster }}
+{{- end }}
+{{- range $v.operator.extraArgs }}
+- {{ . }}
+{{- end }}
+{{- end -}}

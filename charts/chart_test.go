@@ -1,0 +1,245 @@
+// Package charts_test checks the Helm chart with the real helm binary (hack/helm.sh builds it
+// once from the Go module proxy): it lints, renders exactly what config/ installs, turns every
+// value into the operator's flags, and refuses bad values naming their path.
+package charts_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/manifests"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+)
+
+const namespace = "bnerd-vpn-system"
+
+// kubeVersion is what helm renders and lints for (the chart needs ≥ 1.30; helm's default is 1.20).
+const kubeVersion = "1.37.2"
+
+var chart = filepath.Join(testenv.RepoRoot(), "charts", "bnerd-vpn-operator")
+
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(testenv.RepoRoot(), "hack", "helm.sh")).Output()
+	if err != nil {
+		t.Fatalf("hack/helm.sh: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// helm runs helm with args; its combined output and error.
+func helm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(helmBinary(t), args...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// render is `helm template` of the chart in the operator's namespace, CRDs included.
+func render(t *testing.T, set ...string) []*unstructured.Unstructured {
+	t.Helper()
+	args := []string{"template", "bnerd-vpn-operator", chart, "--namespace", namespace, "--include-crds", "--kube-version", kubeVersion}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	out, err := helm(t, args...)
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	objs, err := manifests.Decode([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// key names an object.
+func key(u *unstructured.Unstructured) string {
+	return fmt.Sprintf("%s %s/%s", u.GetKind(), u.GetNamespace(), u.GetName())
+}
+
+// comparable is an object without its metadata labels (the chart adds helm's own; selectors and
+// pod labels live in the spec and are compared), as plain JSON values.
+func comparable(t *testing.T, u *unstructured.Unstructured) map[string]any {
+	t.Helper()
+	c := u.DeepCopy()
+	c.SetLabels(nil)
+	raw, err := json.Marshal(c.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	if md, ok := out["metadata"].(map[string]any); ok && len(md) == 0 {
+		delete(out, "metadata")
+	}
+	return out
+}
+
+func byKey(t *testing.T, objs []*unstructured.Unstructured) map[string]map[string]any {
+	t.Helper()
+	out := map[string]map[string]any{}
+	for _, u := range objs {
+		if _, dup := out[key(u)]; dup {
+			t.Fatalf("%s twice", key(u))
+		}
+		out[key(u)] = comparable(t, u)
+	}
+	return out
+}
+
+// expectSame compares two sets of objects by name and content.
+func expectSame(t *testing.T, chartObjs, configObjs []*unstructured.Unstructured) {
+	t.Helper()
+	got, want := byKey(t, chartObjs), byKey(t, configObjs)
+	for k, w := range want {
+		g, ok := got[k]
+		switch {
+		case !ok:
+			t.Errorf("the chart lacks %s", k)
+		case !reflect.DeepEqual(g, w):
+			gj, _ := json.MarshalIndent(g, "", "  ")
+			wj, _ := json.MarshalIndent(w, "", "  ")
+			t.Errorf("%s differs:\nchart:  %s\nconfig: %s", k, gj, wj)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("the chart has %s, which config/ does not", k)
+		}
+	}
+}
+
+// With the default values the chart installs exactly what `kubectl apply -k config/default`
+// does — CRDs, RBAC, the operator's Deployment and PodDisruptionBudget — except the Namespace
+// (helm install --create-namespace).
+func TestChartRendersTheKustomizeInstall(t *testing.T) {
+	config, err := manifests.Kustomization(filepath.Join(testenv.RepoRoot(), "config", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	config = slices.DeleteFunc(config, func(u *unstructured.Unstructured) bool { return u.GetKind() == "Namespace" })
+	expectSame(t, render(t), config)
+}
+
+// The optional monitoring objects are those of config/prometheus (and the dashboard of
+// config/grafana), in the release's namespace.
+func TestChartMonitoringIsConfigPrometheus(t *testing.T) {
+	objs := render(t, "monitoring.podMonitors=true", "monitoring.prometheusRule=true")
+	var mon []*unstructured.Unstructured
+	for _, u := range objs {
+		if u.GetAPIVersion() == "monitoring.coreos.com/v1" {
+			mon = append(mon, u)
+		}
+	}
+	config, err := manifests.Kustomization(filepath.Join(testenv.RepoRoot(), "config", "prometheus"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectSame(t, mon, config)
+
+	dashboard := filepath.Join(testenv.RepoRoot(), "config", "grafana", "bnerd-vpn-dashboard.json")
+	want, err := os.ReadFile(dashboard)
+	if err != nil {
+		t.Skipf("no dashboard yet: %v", err)
+	}
+	for _, u := range render(t, "monitoring.dashboard=true") {
+		if u.GetKind() != "ConfigMap" {
+			continue
+		}
+		got, _, _ := unstructured.NestedString(u.Object, "data", "bnerd-vpn-dashboard.json")
+		if strings.TrimSpace(got) != strings.TrimSpace(string(want)) {
+			t.Error("the chart's dashboard differs from config/grafana's")
+		}
+		if u.GetLabels()["grafana_dashboard"] != "1" {
+			t.Errorf("dashboard labels %v", u.GetLabels())
+		}
+		return
+	}
+	t.Error("monitoring.dashboard=true renders no ConfigMap")
+}
+
+// operatorArgs are the operator container's args of a rendering.
+func operatorArgs(t *testing.T, objs []*unstructured.Unstructured) []string {
+	t.Helper()
+	for _, u := range objs {
+		if u.GetKind() != "Deployment" {
+			continue
+		}
+		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+		return args
+	}
+	t.Fatal("no Deployment")
+	return nil
+}
+
+// Every setting is a value, and becomes the operator's flag.
+func TestChartValuesBecomeFlags(t *testing.T) {
+	args := operatorArgs(t, render(t,
+		"gateway.userspaceDataplane=true", "gateway.imagePullPolicy=Never",
+		"gateway.agentImage=registry.example.net/agent:v1", "gateway.strongswanImage=registry.example.net/charon:v1",
+		"network.internalSourceCIDRs={10.244.0.0/16,10.245.0.0/16}", "network.clusterPodCIDRs={10.244.0.0/16}",
+		"network.clusterServiceCIDRs={10.96.0.0/12}", "network.nodeCIDRs={192.0.2.0/24}",
+		"network.allowedTargetCIDRs={10.96.0.0/12}", "network.hostNetworkNamespaceSelector=tier=edge",
+		"network.serviceCIDRPool=100.80.0.0/16",
+		"operator.leaderElection.leaseDuration=40s", "operator.extraArgs={--concurrency=8}",
+		"openstack.enabled=true", "openstack.cloudsSecret=os-creds", "openstack.networkID=net-1",
+	))
+	for _, want := range []string{
+		"--leader-elect", "--leader-elect-lease-duration=40s", "--service-cidr-pool=100.80.0.0/16",
+		"--agent-image=registry.example.net/agent:v1", "--strongswan-image=registry.example.net/charon:v1",
+		"--image-pull-policy=Never", "--userspace-dataplane",
+		"--internal-source-cidrs=10.244.0.0/16,10.245.0.0/16", "--cluster-pod-cidrs=10.244.0.0/16",
+		"--cluster-service-cidrs=10.96.0.0/12", "--node-cidrs=192.0.2.0/24", "--allowed-target-cidrs=10.96.0.0/12",
+		"--host-network-namespace-selector=tier=edge", "--concurrency=8",
+		"--openstack-clouds-yaml=/etc/openstack/clouds.yaml", "--openstack-network-id=net-1",
+	} {
+		if !slices.Contains(args, want) {
+			t.Errorf("args %q lack %s", args, want)
+		}
+	}
+	if got := operatorArgs(t, render(t, "operator.leaderElection.enabled=false")); slices.ContainsFunc(got, func(a string) bool { return strings.HasPrefix(a, "--leader-elect") }) {
+		t.Errorf("leader election disabled, args %q", got)
+	}
+}
+
+// helm lint passes, and bad values are refused by values.schema.json naming their path (as a
+// JSON pointer: '/operator/replicas').
+func TestChartRefusesBadValues(t *testing.T) {
+	if out, err := helm(t, "lint", "--strict", "--kube-version", kubeVersion, chart); err != nil {
+		t.Fatalf("helm lint: %v\n%s", err, out)
+	}
+	for _, tc := range []struct{ set, want string }{
+		{"operator.replicas=two", "'/operator/replicas'"},
+		{"operator.replicas=0", "'/operator/replicas'"},
+		{"network.internalSourceCIDRs={10.244.0.0}", "'/network/internalSourceCIDRs/0'"},
+		{"operator.leaderElection.leaseDuration=soon", "'/operator/leaderElection/leaseDuration'"},
+		{"gateway.imagePullPolicy=Sometimes", "'/gateway/imagePullPolicy'"},
+		{"operator.extraArgs={rm -rf}", "'/operator/extraArgs/0'"},
+		{"operator.replica=2", "replica"},
+		{"openstack.enabled=true", "openstack"},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			out, err := helm(t, "template", "bnerd-vpn-operator", chart, "--namespace", namespace, "--kube-version", kubeVersion, "--set", tc.set)
+			if err == nil {
+				t.Fatalf("accepted %s", tc.set)
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("the error does not name %s:\n%s", tc.want, out)
+			}
+		})
+	}
+}
