@@ -45,13 +45,21 @@ func helm(t *testing.T, args ...string) (string, error) {
 	return string(out), err
 }
 
-// render is `helm template` of the chart in the operator's namespace, CRDs included.
+// render is `helm template` of the chart in the operator's namespace, CRDs included, with
+// --set values.
 func render(t *testing.T, set ...string) []*unstructured.Unstructured {
 	t.Helper()
-	args := []string{"template", "bnerd-vpn-operator", chart, "--namespace", namespace, "--include-crds", "--kube-version", kubeVersion}
+	var extra []string
 	for _, s := range set {
-		args = append(args, "--set", s)
+		extra = append(extra, "--set", s)
 	}
+	return renderWith(t, extra...)
+}
+
+// renderWith is `helm template` with extra arguments.
+func renderWith(t *testing.T, extra ...string) []*unstructured.Unstructured {
+	t.Helper()
+	args := append([]string{"template", "bnerd-vpn-operator", chart, "--namespace", namespace, "--include-crds", "--kube-version", kubeVersion}, extra...)
 	out, err := helm(t, args...)
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
@@ -241,5 +249,17 @@ func TestChartRefusesBadValues(t *testing.T) {
 				t.Errorf("the error does not name %s:\n%s", tc.want, out)
 			}
 		})
+	}
+}
+
+// The lab installs with hack/lab/values.yaml: its images and the settings of its address plan.
+func TestChartLabValues(t *testing.T) {
+	objs := renderWith(t, "--values", filepath.Join(testenv.RepoRoot(), "hack", "lab", "values.yaml"))
+	args := operatorArgs(t, objs)
+	for _, want := range []string{"--agent-image=bnerd-vpn-gateway:lab", "--image-pull-policy=Never", "--userspace-dataplane",
+		"--internal-source-cidrs=100.96.0.0/24", "--cluster-pod-cidrs=100.96.0.0/24"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("args %q lack %s", args, want)
+		}
 	}
 }

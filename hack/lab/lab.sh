@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make lab`: on the running lab cluster (hack/lab/cluster-up.sh), installs the operator with the
-# manifests users install (config/default through hack/lab/overlay), a sample client (namespace
+# Helm chart users install (charts/bnerd-vpn-operator, values hack/lab/values.yaml), a sample client (namespace
 # lab-acme: a backend Deployment behind two Services; an IPsec VPNGateway on the node's address
 # (host network) with two VPNPeers with different grants; a WireGuard VPNGateway behind a
 # LoadBalancer Service with one VPNPeer) and the client's sites as network namespaces configured
@@ -17,8 +17,12 @@ PSK_BR=lab-br-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 ROAM_PUB=$(site_wireguard_key roam)   # the WireGuard site's key pair; the private key stays there
 
 
-log "installing the operator (kubectl apply -k hack/lab/overlay = config/default + lab images/flags)"
-kubectl apply -k "$root/hack/lab/overlay" >/dev/null
+log "installing the operator with Helm (charts/bnerd-vpn-operator; the lab's images and settings: hack/lab/values.yaml)"
+helm=$("$root/hack/helm.sh")
+kubectl create namespace bnerd-vpn-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl label namespace bnerd-vpn-system pod-security.kubernetes.io/enforce=restricted --overwrite >/dev/null
+"$helm" upgrade --install bnerd-vpn-operator "$root/charts/bnerd-vpn-operator" --namespace bnerd-vpn-system \
+  --values "$root/hack/lab/values.yaml" >/dev/null
 kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
 kubectl -n bnerd-vpn-system rollout status deploy/bnerd-vpn-operator --timeout=120s >&2
 
