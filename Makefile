@@ -3,6 +3,10 @@ SHELL := /usr/bin/env bash
 CONTROLLER_GEN_VERSION := v0.23.0
 BIN := $(CURDIR)/bin
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
+# The version the binaries report (--version, bnerd_vpn_build_info) and `make images` tags.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/bnerd/bnerd-vpn-operator/internal/version.Version=$(VERSION)
+export VERSION
 
 .PHONY: help
 help: ## list targets
@@ -25,11 +29,15 @@ verify-generated: $(CONTROLLER_GEN) ## fail when generated files are stale
 
 .PHONY: build
 build: ## build the binaries into bin/
-	go build -o $(BIN)/ ./cmd/...
+	go build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 .PHONY: kubectl-vpn
 kubectl-vpn: ## build the kubectl plugin into bin/kubectl-vpn (with bin/ on PATH: kubectl vpn ...)
-	go build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o $(BIN)/kubectl-vpn ./cmd/kubectl-vpn
+	go build -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-vpn ./cmd/kubectl-vpn
+
+.PHONY: images
+images: ## build the operator and gateway images as OCI archives in bin/images, tagged $(VERSION)
+	@IMAGE_TAG=$(VERSION) hack/lab/build-images.sh
 
 .PHONY: lint
 lint: ## go vet and gofmt

@@ -7,6 +7,8 @@
 #                           plugins incl. kernel-libipsec) + nft, with their ldd closure and
 #                           libgcc_s.so.1, copied from the host's Debian packages
 #   lab-pause:lab           a tiny static Go program that sleeps (the sandbox image)
+# IMAGE_TAG (make images: the version) tags the operator and gateway images instead of "lab" and
+# puts the archives into bin/images/<tag>/; VERSION is what the binaries report.
 # Outputs bin/images/<name>-<hash>.tar (hash over the inputs) and bin/images/<name>.tar -> that;
 # an unchanged input rebuilds nothing. Prints one line per image: "<ref> <archive>".
 set -euo pipefail
@@ -63,8 +65,16 @@ image() {
   echo "$ref $out/$name.tar"
 }
 
+# The tag of the operator and gateway images (make images: the version), and the version the
+# binaries report (internal/version).
+IMAGE_TAG=${IMAGE_TAG:-lab}
+# images of another tag than the lab's go to a folder of their own (bin/images/<tag>/)
+if [ "$IMAGE_TAG" != lab ]; then out="$out/$IMAGE_TAG"; mkdir -p "$out"; fi
+VERSION=${VERSION:-$(cd "$root" && git describe --tags --always --dirty 2>/dev/null || echo dev)}
+
 gobuild() { # gobuild <dir> <pkg> <out>
-  (cd "$1" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' -o "$3" "$2")
+  (cd "$1" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -buildvcs=false \
+    -ldflags="-s -w -X github.com/bnerd/bnerd-vpn-operator/internal/version.Version=$VERSION" -o "$3" "$2")
 }
 
 build_pause() {
@@ -116,5 +126,7 @@ build_gateway() {
 src_hash() { hash_of go.mod go.sum cmd internal api hack/lab/build-images.sh "$@"; }
 
 image lab-pause "lab-pause:lab" "$(hash_of hack/tools/kube/cmd/pause hack/lab/build-images.sh)" build_pause
-image operator "bnerd-vpn-operator:lab" "$(src_hash)" build_operator
-image gateway "bnerd-vpn-gateway:lab" "$(src_hash hack/lab/image /usr/sbin/charon-systemd /usr/sbin/nft /usr/lib/ipsec)" build_gateway
+# the tag and the version are inputs too (an image's name and what its binaries report)
+tagged() { echo "$1-$(echo "$IMAGE_TAG $VERSION" | sha256sum | cut -c1-8)"; }
+image operator "bnerd-vpn-operator:$IMAGE_TAG" "$(tagged "$(src_hash)")" build_operator
+image gateway "bnerd-vpn-gateway:$IMAGE_TAG" "$(tagged "$(src_hash hack/lab/image /usr/sbin/charon-systemd /usr/sbin/nft /usr/lib/ipsec)")" build_gateway
