@@ -109,8 +109,8 @@ func command() *cobra.Command {
 	f.StringSliceVar(&allowedTargets, "allowed-target-cidrs", nil, "when set, the only ranges exposure targets may lie in (as resolved: include the Service and pod CIDRs for Service targets)")
 	f.StringVar(&hostNetworkNamespaces, "host-network-namespace-selector", controller.DefaultHostNetworkNamespaces,
 		"label selector of the namespaces whose gateways may use a hostNetwork endpoint (an empty selector allows every namespace)")
-	f.StringVar(&cfg.Render.AgentImage, "agent-image", "ghcr.io/bnerd/vpn-gateway-agent:latest", "gateway agent image")
-	f.StringVar(&cfg.Render.StrongSwanImage, "strongswan-image", "ghcr.io/bnerd/vpn-gateway-strongswan:latest", "strongSwan (charon) image")
+	f.StringVar(&cfg.Render.AgentImage, "agent-image", "bnerd-vpn-gateway:latest", "gateway image running the agent (and, on a userspace dataplane, the WireGuard device): make images builds bnerd-vpn-gateway:<version>")
+	f.StringVar(&cfg.Render.StrongSwanImage, "strongswan-image", "bnerd-vpn-gateway:latest", "gateway image running charon (the same image as the agent's by default)")
 	f.StringVar(&pullPolicy, "image-pull-policy", "IfNotPresent", "pull policy of the gateway images (Always, IfNotPresent, Never)")
 	f.BoolVar(&cfg.Render.UserspaceDataplane, "userspace-dataplane", false, "give gateway pods /dev/net/tun and use userspace ESP/WireGuard (kernels without ESP or the WireGuard module)")
 	f.IntVar(&cfg.Concurrency, "concurrency", 4, "parallel reconciles per controller")
