@@ -25,6 +25,7 @@ kubectl label namespace bnerd-vpn-system pod-security.kubernetes.io/enforce=rest
   --values "$root/hack/lab/values.yaml" >/dev/null
 kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
 kubectl -n bnerd-vpn-system rollout status deploy/bnerd-vpn-operator --timeout=120s >&2
+log "operator version: $(kubectl -n bnerd-vpn-system exec deploy/bnerd-vpn-operator -c operator -- /operator --version 2>&1 | tail -1)"
 
 log "sample client in namespace $NS"
 touch "$S/lab-gateway"
