@@ -99,8 +99,8 @@ func (o *op) ensure(ctx context.Context) (cloud.Result, error) {
 		return cloud.Result{}, err
 	}
 	if pinned != nil && pinned.PortID != "" && !slices.ContainsFunc(portList, func(p ports.Port) bool { return p.ID == pinned.PortID }) {
-		return cloud.Result{}, cloud.Terminalf(cloud.ReasonConflict, o.p.cfg.SlowRetry,
-			"floating IP %s is associated with port %s, which is not this gateway's: disassociate it (e.g. from the VM being migrated) first",
+		return cloud.Result{}, cloud.Terminalf(cloud.ReasonConflict, o.p.cfg.CutoverRetry,
+			"floating IP %s is associated with port %s, which is not this gateway's: disassociate it (e.g. from the VM being migrated) first; checked again every few seconds",
 			pinned.FloatingIP, pinned.PortID)
 	}
 
@@ -616,7 +616,7 @@ func (o *op) ensureFIP(ctx context.Context, extNet string, pinned *floatingips.F
 			return err
 		})
 		if isStatus(err, 409) && !isQuota(err) {
-			return nil, cloud.Terminalf(cloud.ReasonConflict, o.p.cfg.SlowRetry, "associating floating IP %s with port %s: %s", keep.FloatingIP, port.ID, o.fail(err, "associating").Message)
+			return nil, cloud.Terminalf(cloud.ReasonConflict, o.p.cfg.CutoverRetry, "associating floating IP %s with port %s: %s", keep.FloatingIP, port.ID, o.fail(err, "associating").Message)
 		}
 		if err != nil {
 			return nil, o.fail(err, "associating floating IP %s with port %s", keep.FloatingIP, port.ID)

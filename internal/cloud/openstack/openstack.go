@@ -55,9 +55,13 @@ const (
 const (
 	DefaultCallTimeout = 30 * time.Second
 	DefaultSlowRetry   = 5 * time.Minute
-	DefaultCacheTTL    = 5 * time.Minute
-	DefaultAuthBackoff = time.Minute
-	DefaultNADMaster   = "eth1"
+	// DefaultCutoverRetry rechecks a pinned floating IP still held by another port: in a
+	// cutover it is released any moment (the VM being migrated), and every minute waited is
+	// the client's outage.
+	DefaultCutoverRetry = 5 * time.Second
+	DefaultCacheTTL     = 5 * time.Minute
+	DefaultAuthBackoff  = time.Minute
+	DefaultNADMaster    = "eth1"
 )
 
 // Config configures the provider.
@@ -90,6 +94,9 @@ type Config struct {
 	// SlowRetry is the RetryAfter of terminal conditions caused by state outside the cluster
 	// (quota, credentials, a missing network, a conflicting port); DefaultSlowRetry when zero.
 	SlowRetry time.Duration
+	// CutoverRetry is the RetryAfter while a pinned floating IP is associated with another
+	// port (a VM being migrated off); DefaultCutoverRetry when zero.
+	CutoverRetry time.Duration
 	// CacheTTL is how long a Ready result is returned for an unchanged request without
 	// asking Neutron; DefaultCacheTTL when zero, never cached when negative.
 	CacheTTL time.Duration
@@ -138,6 +145,9 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if cfg.SlowRetry <= 0 {
 		cfg.SlowRetry = DefaultSlowRetry
+	}
+	if cfg.CutoverRetry <= 0 {
+		cfg.CutoverRetry = DefaultCutoverRetry
 	}
 	if cfg.CacheTTL == 0 {
 		cfg.CacheTTL = DefaultCacheTTL

@@ -443,6 +443,11 @@ func TestFaults(t *testing.T) {
 		if err != nil || !res.Terminal || res.Reason != cloud.ReasonConflict || !strings.Contains(res.Message, e.vmPort) {
 			t.Fatalf("got %+v, %v; want terminal Conflict naming port %s", res, err, e.vmPort)
 		}
+		// a cutover: the VM's port lets go of the address any moment; waiting minutes would be
+		// the client's outage
+		if res.RetryAfter != openstack.DefaultCutoverRetry {
+			t.Errorf("rechecked after %s, want %s", res.RetryAfter, openstack.DefaultCutoverRetry)
+		}
 		if got := e.leaked(); got.Total() != 0 {
 			t.Errorf("created %v although the address is taken", got)
 		}
