@@ -22,6 +22,7 @@ generate: $(CONTROLLER_GEN) ## regenerate deepcopy, CRDs and RBAC (committed)
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=bnerd-vpn-operator paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
 	@hack/sync-chart.sh
+	@hack/gen-crd-docs.sh
 
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## fail when generated files are stale
