@@ -249,8 +249,12 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			errs = append(errs, err)
 		}
 		result.RequeueAfter = minPositive(result.RequeueAfter, retry)
-		// A node holds one host-network gateway: the younger of two gets no children at all.
-		s.blocked = s.endpoint.outcome.reason == cloud.ReasonConflict && s.gw.Spec.Endpoint.HostNetwork != nil
+		// An endpoint someone else holds gets no children at all: a node's tunnel ports held by
+		// another host-network gateway, or a pinned floating IP still on another port (the
+		// client's VM in a cutover: a gateway pod would initiate toward the client from the
+		// cluster's egress address and could pull the tunnel off the VM).
+		s.blocked = s.endpoint.outcome.reason == cloud.ReasonConflict &&
+			(s.gw.Spec.Endpoint.HostNetwork != nil || s.gw.Spec.Endpoint.FloatingIP != "")
 	}
 	if err := r.ensureWireGuardKey(ctx, s); err != nil {
 		errs = append(errs, err)

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
+	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 )
@@ -117,4 +119,54 @@ func TestOpenStackEndpointThroughOperator(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A cutover: the gateway pinned to a floating IP still on the client's VM waits with
+// EndpointReady=False (Conflict, naming the VM's port) and runs no pod meanwhile — charon would
+// otherwise initiate toward the client from the cluster's egress address and could pull the
+// client's tunnel off the VM. Once the VM's port lets go of the address, the gateway takes it
+// within seconds (the cutover recheck) and its pod is created.
+func TestPinnedFloatingIPCutover(t *testing.T) {
+	installNADCRD(t)
+	fake := neutronfake.New()
+	t.Cleanup(fake.Close)
+	fake.AddUser("vpn-operator", "s3cr3t-pw")
+	extNet, _ := fake.AddNetwork("public", true, "203.0.113.0/24")
+	intNet, _ := fake.AddNetwork("vpn-transit", false, "100.100.0.0/24")
+	vmPort := fake.AddPort(intNet, "legacy-vpn-vm")
+	fip := fake.AddFloatingIP(extNet, "203.0.113.77", vmPort)
+	clouds := fmt.Appendf(nil, "clouds:\n  test:\n    auth:\n      auth_url: %s\n      username: vpn-operator\n      password: s3cr3t-pw\n      project_name: vpn\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: RegionOne\n", fake.AuthURL())
+	p, err := openstack.NewFromCloudsYAML(clouds, "test", openstack.Config{NetworkID: intNet, CutoverRetry: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := operatorConfig()
+	cfg.OpenStack = p
+	startOperator(t, cfg, nil)
+	ctx := context.Background()
+	ns := namespace(t)
+	gw := ipsecGateway(ns, "pinned")
+	gw.Spec.Endpoint = vpnv1.Endpoint{FloatingIP: "203.0.113.77"}
+	create(t, gw, pskSecret(ns, "site"), ipsecPeer(ns, "site", "pinned", []string{"10.20.0.0/16"}, nil))
+
+	c := waitCondition(t, gw, vpnv1.ConditionEndpointReady, metav1.ConditionFalse, cloud.ReasonConflict)
+	if !strings.Contains(c.Message, vmPort) {
+		t.Errorf("the condition does not name the VM's port: %s", c.Message)
+	}
+	waitCondition(t, gw, vpnv1.ConditionRendered, metav1.ConditionFalse, controller.ReasonEndpointBlocked)
+	d := &appsv1.Deployment{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: children.Name("pinned")}, d); !apierrors.IsNotFound(err) {
+		t.Fatalf("a gateway pod is created while the VM still holds the address: %v", err)
+	}
+
+	released := time.Now()
+	fake.DisassociateFloatingIP(fip)
+	waitCondition(t, gw, vpnv1.ConditionEndpointReady, metav1.ConditionTrue, cloud.ReasonReady)
+	eventually(t, 20*time.Second, func() error {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: children.Name("pinned")}, d)
+	})
+	t.Logf("the gateway took the address and created its pod %s after the VM released it", time.Since(released).Round(100*time.Millisecond))
+	if gw.Status.PublicAddress != "203.0.113.77" {
+		t.Errorf("public address %q", gw.Status.PublicAddress)
+	}
 }

@@ -322,6 +322,16 @@ func (s *Server) AddFloatingIP(networkID, address, portID string) string {
 	return f.ID
 }
 
+// DisassociateFloatingIP detaches a floating IP from its port, as the cloud's user does when
+// releasing a migrated VM's address.
+func (s *Server) DisassociateFloatingIP(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f, ok := s.fips[id]; ok {
+		f.PortID, f.FixedIPAddress, f.RouterID, f.Status = nil, nil, nil, "DOWN"
+	}
+}
+
 // AddPort creates a port on the network (someone else's: a VM's).
 func (s *Server) AddPort(networkID, name string) string {
 	s.mu.Lock()
