@@ -40,6 +40,10 @@ kubectl-vpn: ## build the kubectl plugin into bin/kubectl-vpn (with bin/ on PATH
 images: ## build the operator and gateway images as OCI archives in bin/images, tagged $(VERSION)
 	@IMAGE_TAG=$(VERSION) hack/lab/build-images.sh
 
+.PHONY: images-reproducible
+images-reproducible: ## build the images twice (the second time uncached) and fail unless the digests match
+	@hack/images-reproducible.sh
+
 .PHONY: lint
 lint: ## go vet and gofmt
 	go vet ./...
@@ -56,6 +60,7 @@ test-deps: ## install the Debian packages the tests use (nftables, iproute2, ...
 .PHONY: test
 test: verify-generated lint test-deps test-binaries ## the whole test suite (what CI runs): go test, then the cluster end-to-end
 	KUBEBUILDER_ASSETS=$$(hack/test-binaries.sh) go test -race -count=1 -timeout 30m ./...
+	$(MAKE) --no-print-directory images-reproducible
 	$(MAKE) --no-print-directory e2e-cluster
 
 .PHONY: bench
