@@ -18,6 +18,9 @@ import (
 // Input is everything Build needs, already fetched by the caller.
 type Input struct {
 	Gateway *vpnv1.VPNGateway
+	// Kind of the custom resource the gateway comes from: empty for a VPNGateway,
+	// KindIPsecGateway when Gateway and Peers were translated from an IPsecGateway.
+	Kind string
 	// Peers whose spec.gatewayRef names the gateway, in its namespace, any order. The caller
 	// leaves out peers being deleted.
 	Peers  []vpnv1.VPNPeer
@@ -88,6 +91,7 @@ func Build(in Input) (*Gateway, []Error) {
 	var errs errList
 
 	out := &Gateway{
+		Kind:          in.Kind,
 		Namespace:     gw.Namespace,
 		Name:          gw.Name,
 		UID:           gw.UID,
@@ -95,6 +99,9 @@ func Build(in Input) (*Gateway, []Error) {
 		PublicAddress: in.PublicAddress,
 	}
 
+	if in.Kind != "" && in.Kind != KindIPsecGateway {
+		errs.add(ReasonInvalidSpec, "kind", "kind %q is neither a VPNGateway nor an %s", in.Kind, KindIPsecGateway)
+	}
 	switch gw.Spec.Protocol {
 	case vpnv1.ProtocolIPsec:
 		out.Protocol = ProtocolIPsec

@@ -70,8 +70,16 @@ type Endpoint struct {
 	HostAddress netip.Addr `json:"hostAddress,omitzero"`
 }
 
+// KindIPsecGateway is Gateway.Kind of a gateway declared by the legacy ipsec.bnerd.net
+// IPsecGateway (translated into the unified API); an empty Kind is a VPNGateway.
+const KindIPsecGateway = "IPsecGateway"
+
 // Gateway is one validated gateway with its peers.
 type Gateway struct {
+	// Kind of the custom resource declaring the gateway: empty for a VPNGateway,
+	// KindIPsecGateway for a legacy IPsecGateway (its peers are its tunnels, with no VPNPeer
+	// objects). Children names, owner and where tunnel state is reported follow it.
+	Kind       string    `json:"kind,omitempty"`
 	Namespace  string    `json:"namespace"`
 	Name       string    `json:"name"`
 	UID        types.UID `json:"uid"`

@@ -40,6 +40,9 @@ func Verify(g *Gateway) error {
 	default:
 		bad("protocol %q is not ipsec or wireguard", g.Protocol)
 	}
+	if g.Kind != "" && (g.Kind != KindIPsecGateway || g.Protocol != ProtocolIPsec) {
+		bad("kind %q with protocol %q: only an ipsec gateway may come from an %s", g.Kind, g.Protocol, KindIPsecGateway)
+	}
 	sc := g.ServiceCIDR
 	if !sc.IsValid() || !sc.Addr().Is4() || sc.Masked() != sc || !CGNATRange.Contains(sc.Addr()) || sc.Bits() < 16 || sc.Bits() > 28 {
 		bad("service CIDR %s is not a /16../28 network inside %s", sc, CGNATRange)

@@ -138,14 +138,14 @@ func (c *Children) Objects() []runtime.ApplyConfiguration {
 	return out
 }
 
-// Name is the name of every child of the gateway except the ConfigMap:
+// Name is the name of every child of a VPNGateway except the ConfigMap:
 // the ServiceAccount, Role, RoleBinding, Deployment and NetworkPolicy.
 func Name(gateway string) string { return gateway + "-gateway" }
 
-// ConfigMapName is the name of the gateway's ConfigMap.
+// ConfigMapName is the name of a VPNGateway's ConfigMap.
 func ConfigMapName(gateway string) string { return gateway + "-gateway-config" }
 
-// Labels are put on every child and on the gateway pod.
+// Labels are put on every child of a VPNGateway and on its pod.
 func Labels(gateway string) map[string]string {
 	return map[string]string{
 		LabelName:      AppName,
@@ -155,13 +155,81 @@ func Labels(gateway string) map[string]string {
 	}
 }
 
-// SelectorLabels select the gateway's pod (Deployment selector, NetworkPolicy podSelector).
+// SelectorLabels select a VPNGateway's pod (Deployment selector, NetworkPolicy podSelector).
 func SelectorLabels(gateway string) map[string]string {
 	return map[string]string{
 		LabelInstance: gateway,
 		LabelGateway:  gateway,
 	}
 }
+
+// A legacy IPsecGateway's children live next to those of a VPNGateway of the same name (the
+// migration runs both for a while): they carry a suffix no VPNGateway child name ends with
+// (VPNGateway: "-gateway", "-gateway-config"; IPsecGateway: "-ipsecgw", "-ipsecgw-config"),
+// and their pod is labelled with LabelIPsecGateway instead of LabelGateway, so no selector
+// of one kind matches the other kind's pod. Reverse-exposure Services keep
+// "<gateway>-<exposure>" for both kinds: in-cluster clients keep the name across a
+// migration, and the operator never takes a Service another gateway owns.
+const (
+	// LabelIPsecGateway names a legacy IPsecGateway on its children and pod.
+	LabelIPsecGateway = "ipsec.bnerd.net/gateway"
+	legacySuffix      = "-ipsecgw"
+)
+
+// NameFor is Name for a gateway of the given model kind (empty: VPNGateway).
+func NameFor(kind, gateway string) string {
+	if kind == model.KindIPsecGateway {
+		return gateway + legacySuffix
+	}
+	return Name(gateway)
+}
+
+// ConfigMapNameFor is ConfigMapName for a gateway of the given model kind.
+func ConfigMapNameFor(kind, gateway string) string {
+	if kind == model.KindIPsecGateway {
+		return gateway + legacySuffix + "-config"
+	}
+	return ConfigMapName(gateway)
+}
+
+// GatewayLabelFor is the label key naming a gateway of the given model kind on its children.
+func GatewayLabelFor(kind string) string {
+	if kind == model.KindIPsecGateway {
+		return LabelIPsecGateway
+	}
+	return LabelGateway
+}
+
+// LabelsFor is Labels for a gateway of the given model kind.
+func LabelsFor(kind, gateway string) map[string]string {
+	if kind != model.KindIPsecGateway {
+		return Labels(gateway)
+	}
+	return map[string]string{
+		LabelName:         AppName,
+		LabelInstance:     NameFor(kind, gateway),
+		LabelManagedBy:    ManagedBy,
+		LabelIPsecGateway: gateway,
+	}
+}
+
+// SelectorLabelsFor is SelectorLabels for a gateway of the given model kind.
+func SelectorLabelsFor(kind, gateway string) map[string]string {
+	if kind != model.KindIPsecGateway {
+		return SelectorLabels(gateway)
+	}
+	return map[string]string{
+		LabelInstance:     NameFor(kind, gateway),
+		LabelIPsecGateway: gateway,
+	}
+}
+
+func nameOf(gw *model.Gateway) string          { return NameFor(gw.Kind, gw.Name) }
+func configMapNameOf(gw *model.Gateway) string { return ConfigMapNameFor(gw.Kind, gw.Name) }
+func labelsOf(gw *model.Gateway) map[string]string {
+	return LabelsFor(gw.Kind, gw.Name)
+}
+func selectorOf(gw *model.Gateway) map[string]string { return SelectorLabelsFor(gw.Kind, gw.Name) }
 
 // Render turns a validated gateway into its children. owner is the controller reference to
 // the gateway's custom resource and is set on every child. Invalid input is an error, never a
@@ -201,8 +269,8 @@ func validate(gw *model.Gateway, owner metav1.OwnerReference, opts *Options) err
 		for _, msg := range validation.IsValidLabelValue(gw.Name) {
 			bad("gateway name %q is not a valid label value: %s", gw.Name, msg)
 		}
-		for _, msg := range validation.IsDNS1123Subdomain(ConfigMapName(gw.Name)) {
-			bad("child name %q is invalid: %s", ConfigMapName(gw.Name), msg)
+		for _, msg := range validation.IsDNS1123Subdomain(configMapNameOf(gw)) {
+			bad("child name %q is invalid: %s", configMapNameOf(gw), msg)
 		}
 	}
 	if gw.Namespace == "" {
@@ -295,6 +363,17 @@ func validate(gw *model.Gateway, owner metav1.OwnerReference, opts *Options) err
 	if owner.APIVersion == "" || owner.Kind == "" || owner.Name == "" || owner.UID == "" {
 		bad("owner reference needs apiVersion, kind, name and uid")
 	}
+	switch {
+	case gw.Kind != "" && gw.Kind != model.KindIPsecGateway:
+		bad("unknown gateway kind %q", gw.Kind)
+	case gw.Kind == model.KindIPsecGateway && gw.Protocol != model.ProtocolIPsec:
+		bad("an %s is an ipsec gateway", model.KindIPsecGateway)
+	case owner.Kind != "" && owner.Kind != kindOrVPN(gw.Kind):
+		// A child owned by the other kind would be garbage-collected with the wrong object.
+		bad("owner reference is a %s, the gateway a %s", owner.Kind, kindOrVPN(gw.Kind))
+	case owner.Name != "" && owner.Name != gw.Name:
+		bad("owner reference names %q, the gateway is %q", owner.Name, gw.Name)
+	}
 	if owner.Controller == nil || !*owner.Controller {
 		bad("owner reference must be a controller reference")
 	}
@@ -329,6 +408,13 @@ func validate(gw *model.Gateway, owner metav1.OwnerReference, opts *Options) err
 	return fmt.Errorf("render children of gateway %s/%s: %s", nsOf(gw), gw.Name, strings.Join(msgs, "; "))
 }
 
+func kindOrVPN(kind string) string {
+	if kind == "" {
+		return "VPNGateway"
+	}
+	return kind
+}
+
 func nsOf(gw *model.Gateway) string {
 	if gw.Namespace == "" {
 		return "<no namespace>"
@@ -352,8 +438,8 @@ func ownerRef(o metav1.OwnerReference) *metav1ac.OwnerReferenceApplyConfiguratio
 }
 
 func renderServiceAccount(gw *model.Gateway, owner metav1.OwnerReference) *corev1ac.ServiceAccountApplyConfiguration {
-	return corev1ac.ServiceAccount(Name(gw.Name), gw.Namespace).
-		WithLabels(Labels(gw.Name)).
+	return corev1ac.ServiceAccount(nameOf(gw), gw.Namespace).
+		WithLabels(labelsOf(gw)).
 		WithOwnerReferences(ownerRef(owner)).
 		// The agent talks to the API server (its ConfigMap, Secrets, peers' status, events).
 		WithAutomountServiceAccountToken(true)
@@ -365,8 +451,8 @@ func renderConfigMap(gw *model.Gateway, owner metav1.OwnerReference) (*corev1ac.
 	if err != nil {
 		return nil, fmt.Errorf("render children of gateway %s/%s: marshal model: %w", gw.Namespace, gw.Name, err)
 	}
-	return corev1ac.ConfigMap(ConfigMapName(gw.Name), gw.Namespace).
-		WithLabels(Labels(gw.Name)).
+	return corev1ac.ConfigMap(configMapNameOf(gw), gw.Namespace).
+		WithLabels(labelsOf(gw)).
 		WithOwnerReferences(ownerRef(owner)).
 		WithData(map[string]string{ModelKey: string(doc) + "\n"}), nil
 }

@@ -158,7 +158,7 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 	// serves metrics. It reads its configuration and secrets through the API (see the Role).
 	agent := container(gw, ContainerAgent, opts.AgentImage, opts).
 		WithCommand(AgentCommand).
-		WithArgs(append([]string{"run", "--gateway", gw.Name, "--namespace", gw.Namespace, "--config-map", ConfigMapName(gw.Name), "--metrics-addr", ":" + strconv.Itoa(int(opts.MetricsPort))}, dataplane...)...).
+		WithArgs(append(agentRunArgs(gw, opts), dataplane...)...).
 		WithEnv(
 			corev1ac.EnvVar().WithName("POD_NAMESPACE").WithValueFrom(corev1ac.EnvVarSource().
 				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.namespace"))),
@@ -178,7 +178,7 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 
 	volumes := []*corev1ac.VolumeApplyConfiguration{
 		corev1ac.Volume().WithName(VolumeConfig).WithConfigMap(corev1ac.ConfigMapVolumeSource().
-			WithName(ConfigMapName(gw.Name)).
+			WithName(configMapNameOf(gw)).
 			WithDefaultMode(0o444)),
 		apiAccessVolume(),
 	}
@@ -241,7 +241,7 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))
 
 	podSpec := corev1ac.PodSpec().
-		WithServiceAccountName(Name(gw.Name)).
+		WithServiceAccountName(nameOf(gw)).
 		// Only the agent talks to the API server: the token is mounted into its container
 		// alone (apiAccessVolume), never into charon, which faces the internet, or the init step.
 		WithAutomountServiceAccountToken(false).
@@ -277,16 +277,27 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 	}
 	podSpec.WithSecurityContext(podSecurity)
 
-	return appsv1ac.Deployment(Name(gw.Name), gw.Namespace).
-		WithLabels(Labels(gw.Name)).
+	return appsv1ac.Deployment(nameOf(gw), gw.Namespace).
+		WithLabels(labelsOf(gw)).
 		WithOwnerReferences(ownerRef(owner)).
 		WithSpec(appsv1ac.DeploymentSpec().
 			WithReplicas(1).
 			// Never two gateway pods at once: they would fight over the public address and the
 			// peers' tunnels.
 			WithStrategy(appsv1ac.DeploymentStrategy().WithType(appsv1.RecreateDeploymentStrategyType)).
-			WithSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(gw.Name))).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selectorOf(gw))).
 			WithTemplate(corev1ac.PodTemplateSpec().
-				WithLabels(Labels(gw.Name)).
+				WithLabels(labelsOf(gw)).
 				WithSpec(podSpec)))
+}
+
+// agentRunArgs are the agent sidecar's arguments; a legacy gateway's agent is told its kind
+// (it reports tunnels to the IPsecGateway's status, and there are no VPNPeers). A VPNGateway's
+// are unchanged, so its pods are not restarted by an upgrade.
+func agentRunArgs(gw *model.Gateway, opts Options) []string {
+	args := []string{"run", "--gateway", gw.Name}
+	if gw.Kind == model.KindIPsecGateway {
+		args = append(args, "--gateway-kind", gw.Kind)
+	}
+	return append(args, "--namespace", gw.Namespace, "--config-map", configMapNameOf(gw), "--metrics-addr", ":"+strconv.Itoa(int(opts.MetricsPort)))
 }

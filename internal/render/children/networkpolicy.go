@@ -66,11 +66,11 @@ func renderNetworkPolicy(gw *model.Gateway, owner metav1.OwnerReference, opts Op
 		// An empty namespaceSelector: every pod in every namespace of the cluster.
 		WithFrom(networkingv1ac.NetworkPolicyPeer().WithNamespaceSelector(metav1ac.LabelSelector())))
 
-	return networkingv1ac.NetworkPolicy(Name(gw.Name), gw.Namespace).
-		WithLabels(Labels(gw.Name)).
+	return networkingv1ac.NetworkPolicy(nameOf(gw), gw.Namespace).
+		WithLabels(labelsOf(gw)).
 		WithOwnerReferences(ownerRef(owner)).
 		WithSpec(networkingv1ac.NetworkPolicySpec().
-			WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(gw.Name))).
+			WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(selectorOf(gw))).
 			WithPolicyTypes(networkingv1.PolicyTypeIngress).
 			WithIngress(rules...))
 }

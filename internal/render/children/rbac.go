@@ -6,6 +6,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 
+	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
@@ -57,6 +58,7 @@ func peerNames(gw *model.Gateway) []string {
 //     because a rule without resourceNames would grant every Secret in the namespace),
 //   - read its own VPNGateway and its VPNPeers (by name; left out when there are no peers),
 //   - write its peers' status (by name; left out when there are no peers),
+//   - for a legacy IPsecGateway instead: read it and write its status (the tunnels' state),
 //   - record events.
 //
 // list and watch with resourceNames only authorize requests scoped to one object
@@ -67,7 +69,7 @@ func renderRole(gw *model.Gateway, owner metav1.OwnerReference) *rbacv1ac.RoleAp
 		rbacv1ac.PolicyRule().
 			WithAPIGroups("").
 			WithResources("configmaps").
-			WithResourceNames(ConfigMapName(gw.Name)).
+			WithResourceNames(configMapNameOf(gw)).
 			WithVerbs(readVerbs...),
 	}
 	if secrets := SecretNames(gw); len(secrets) > 0 {
@@ -77,12 +79,28 @@ func renderRole(gw *model.Gateway, owner metav1.OwnerReference) *rbacv1ac.RoleAp
 			WithResourceNames(secrets...).
 			WithVerbs(readVerbs...))
 	}
-	rules = append(rules, rbacv1ac.PolicyRule().
-		WithAPIGroups(group).
-		WithResources("vpngateways").
-		WithResourceNames(gw.Name).
-		WithVerbs(readVerbs...))
-	if peers := peerNames(gw); len(peers) > 0 {
+	if gw.Kind == model.KindIPsecGateway {
+		// A legacy gateway: its tunnels are its peers, reported in its own status; there are
+		// no VPNPeers to read or write.
+		rules = append(rules,
+			rbacv1ac.PolicyRule().
+				WithAPIGroups(ipsecv1.GroupVersion.Group).
+				WithResources("ipsecgateways").
+				WithResourceNames(gw.Name).
+				WithVerbs(readVerbs...),
+			rbacv1ac.PolicyRule().
+				WithAPIGroups(ipsecv1.GroupVersion.Group).
+				WithResources("ipsecgateways/status").
+				WithResourceNames(gw.Name).
+				WithVerbs(statusWriteVerbs...))
+	} else {
+		rules = append(rules, rbacv1ac.PolicyRule().
+			WithAPIGroups(group).
+			WithResources("vpngateways").
+			WithResourceNames(gw.Name).
+			WithVerbs(readVerbs...))
+	}
+	if peers := peerNames(gw); len(peers) > 0 && gw.Kind != model.KindIPsecGateway {
 		rules = append(rules,
 			rbacv1ac.PolicyRule().
 				WithAPIGroups(group).
@@ -102,22 +120,22 @@ func renderRole(gw *model.Gateway, owner metav1.OwnerReference) *rbacv1ac.RoleAp
 		WithResources("events").
 		WithVerbs(eventsCreateVerbs...))
 
-	return rbacv1ac.Role(Name(gw.Name), gw.Namespace).
-		WithLabels(Labels(gw.Name)).
+	return rbacv1ac.Role(nameOf(gw), gw.Namespace).
+		WithLabels(labelsOf(gw)).
 		WithOwnerReferences(ownerRef(owner)).
 		WithRules(rules...)
 }
 
 func renderRoleBinding(gw *model.Gateway, owner metav1.OwnerReference) *rbacv1ac.RoleBindingApplyConfiguration {
-	return rbacv1ac.RoleBinding(Name(gw.Name), gw.Namespace).
-		WithLabels(Labels(gw.Name)).
+	return rbacv1ac.RoleBinding(nameOf(gw), gw.Namespace).
+		WithLabels(labelsOf(gw)).
 		WithOwnerReferences(ownerRef(owner)).
 		WithRoleRef(rbacv1ac.RoleRef().
 			WithAPIGroup("rbac.authorization.k8s.io").
 			WithKind("Role").
-			WithName(Name(gw.Name))).
+			WithName(nameOf(gw))).
 		WithSubjects(rbacv1ac.Subject().
 			WithKind("ServiceAccount").
-			WithName(Name(gw.Name)).
+			WithName(nameOf(gw)).
 			WithNamespace(gw.Namespace))
 }

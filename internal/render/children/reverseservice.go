@@ -36,14 +36,14 @@ func ReverseServicePorts(r model.ReverseExposure) []string {
 func renderReverseServices(gw *model.Gateway, owner metav1.OwnerReference) []*corev1ac.ServiceApplyConfiguration {
 	out := make([]*corev1ac.ServiceApplyConfiguration, 0, len(gw.ReverseExposures))
 	for _, r := range gw.ReverseExposures {
-		labels := Labels(gw.Name)
+		labels := labelsOf(gw)
 		labels[LabelReverseExposure] = r.Name
 		spec := corev1ac.ServiceSpec().
 			WithType(corev1.ServiceTypeClusterIP).
 			// The tunnels do not depend on the agent's readiness (see the load balancer's
 			// Service): a restarting agent keeps the exposure reachable.
 			WithPublishNotReadyAddresses(true).
-			WithSelector(SelectorLabels(gw.Name))
+			WithSelector(selectorOf(gw))
 		for _, p := range r.Ports {
 			proto := corev1.ProtocolTCP
 			if p.Protocol == "udp" {
