@@ -104,8 +104,14 @@ func objects(im *deviceconfig.Imported) []client.Object {
 
 // printManifests writes the objects without status or server fields.
 func printManifests(w io.Writer, format string, im *deviceconfig.Imported) error {
+	return printObjects(w, format, objects(im))
+}
+
+// printObjects writes objects as manifests (a YAML stream, or a JSON List) without status or
+// server fields.
+func printObjects(w io.Writer, format string, objs []client.Object) error {
 	var docs []map[string]any
-	for _, obj := range objects(im) {
+	for _, obj := range objs {
 		b, err := json.Marshal(obj)
 		if err != nil {
 			return err

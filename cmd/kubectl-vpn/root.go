@@ -42,8 +42,8 @@ func newRoot(streams genericiooptions.IOStreams, configure func(*options)) *cobr
 		Short: "Work with bnerd-vpn-operator's VPN gateways and peers",
 		Long: `kubectl vpn: the client device's configuration for a VPNPeer (peer-config), a
 parameter sheet turned into VPNGateway/VPNPeer/Secret manifests (import), the gateways and
-their peers' tunnels at a glance (status), and a verdict per peer with the next step
-(diagnose).`,
+their peers' tunnels at a glance (status), a verdict per peer with the next step
+(diagnose), and a legacy IPsecGateway moved to a VPNGateway and its VPNPeers (migrate).`,
 		Version:       cmp.Or(version, buildversion.Get()),
 		SilenceUsage:  true,
 		SilenceErrors: false,
@@ -53,7 +53,7 @@ their peers' tunnels at a glance (status), and a verdict per peer with the next 
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)
 	o.flags.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newPeerConfigCommand(o), newImportCommand(o), newStatusCommand(o), newDiagnoseCommand(o))
+	cmd.AddCommand(newPeerConfigCommand(o), newImportCommand(o), newStatusCommand(o), newDiagnoseCommand(o), newMigrateCommand(o))
 	return cmd
 }
 

@@ -1,0 +1,543 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"reflect"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+)
+
+const (
+	// migrateFieldManager owns the fields of the objects kubectl vpn migrate applies.
+	migrateFieldManager = "kubectl-vpn-migrate"
+	// annotationHandover on the new VPNGateway is when the endpoint was handed over to it;
+	// writing it makes the operator look at the gateway at once (address, service CIDR).
+	annotationHandover = "vpn.bnerd.net/handover-at"
+	// migratePoll is how often --apply reads the new objects while it waits: the outage it
+	// prints is measured to this precision.
+	migratePoll = 250 * time.Millisecond
+)
+
+func newMigrateCommand(o *options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Move a legacy object to the unified vpn.bnerd.net API",
+		Long: `Moves a legacy ipsec.bnerd.net object to the unified vpn.bnerd.net API without a change on the
+client's side. See kubectl vpn migrate ipsecgateway --help.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newMigrateIPsecGatewayCommand(o))
+	return cmd
+}
+
+type migrateFlags struct {
+	dryRun, apply, keepLegacy bool
+	output                    string
+	timeout                   time.Duration
+	names                     migrateNames
+}
+
+func newMigrateIPsecGatewayCommand(o *options) *cobra.Command {
+	var f migrateFlags
+	cmd := &cobra.Command{
+		Use:     "ipsecgateway NAME",
+		Aliases: []string{"ipsecgw", "ipsecgateways"},
+		Short:   "Turn a legacy IPsecGateway into a VPNGateway and one VPNPeer per tunnel, same endpoint",
+		Long: `Reads the IPsecGateway and writes the VPNGateway and the VPNPeers (one per tunnel, named after
+it) that the client cannot tell apart from it: the same public address (a pool floating IP or a
+node's address is pinned: spec.endpoint.floatingIP, spec.endpoint.hostNetwork.address), our IKE
+identity (spec.ipsec.localID), the tunnels' identities, PSK Secret references and proposals, the
+service CIDR and every virtual IP (taken from the legacy status when its spec left them empty).
+One tunnel gets no authorization block (DefaultAllow); several get blocks granting exactly what
+the legacy object allowed: every exposure, and each reverse exposure to the tunnel whose
+subnets contain its target. What cannot be carried over exactly is refused, naming the field:
+a LoadBalancer endpoint, a service CIDR or virtual IP not assigned yet, a status behind its
+spec, a VPNGateway or VPNPeer of those names that exists and differs, another VPNPeer on the
+new gateway.
+
+--dry-run (the default) prints the objects, exactly as --apply applies them (-o yaml or json).
+
+--apply applies them (server-side apply, field manager kubectl-vpn-migrate), then hands the
+endpoint over: it annotates the IPsecGateway vpn.bnerd.net/migrated-to=<gateway>, and the
+operator releases it (deletes its pod, never its address). It waits (--timeout) for the
+VPNGateway to be Ready and every VPNPeer Connected, prints the measured outage (from the
+handover to every peer Connected) and the new objects, and deletes the IPsecGateway
+(--keep-legacy keeps it, released). When anything fails it says what was applied and prints
+the commands that roll it back.`,
+		Example: `  kubectl vpn migrate ipsecgateway acme -n acme                 # the objects, nothing applied
+  kubectl vpn migrate ipsecgateway acme -n acme --apply --timeout 3m`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.apply && cmd.Flags().Changed("dry-run") && f.dryRun {
+				return errors.New("--dry-run and --apply: choose one")
+			}
+			if cmd.Flags().Changed("dry-run") && !f.dryRun {
+				f.apply = true
+			}
+			switch f.output {
+			case "yaml", "json":
+			default:
+				return fmt.Errorf("-o %q: yaml or json", f.output)
+			}
+			if f.timeout <= 0 {
+				return fmt.Errorf("--timeout %v: must be positive", f.timeout)
+			}
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+			defer stop()
+			return migrateIPsecGateway(ctx, o, args[0], f)
+		},
+	}
+	cmd.Flags().BoolVar(&f.dryRun, "dry-run", true, "print the objects, apply nothing (the default)")
+	cmd.Flags().BoolVar(&f.apply, "apply", false, "apply the objects, hand the endpoint over, wait and delete the IPsecGateway")
+	cmd.Flags().StringVarP(&f.output, "output", "o", "yaml", "output format of --dry-run: yaml or json")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 120*time.Second, "how long --apply waits after the handover for the gateway to be Ready and every peer Connected")
+	cmd.Flags().BoolVar(&f.keepLegacy, "keep-legacy", false, "keep the (released) IPsecGateway instead of deleting it")
+	cmd.Flags().StringVar(&f.names.Gateway, "gateway", "", "name of the new VPNGateway (default: the IPsecGateway's)")
+	cmd.Flags().StringVar(&f.names.PeerPrefix, "peer-prefix", "", "put before each tunnel's name to name its VPNPeer")
+	return cmd
+}
+
+func migrateIPsecGateway(ctx context.Context, o *options, name string, f migrateFlags) error {
+	ns, _, err := o.namespace()
+	if err != nil {
+		return err
+	}
+	c, err := o.newClient()
+	if err != nil {
+		return err
+	}
+	var legacyGW ipsecv1.IPsecGateway
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &legacyGW); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("IPsecGateway %s/%s not found", ns, name)
+		}
+		return fmt.Errorf("reading IPsecGateway %s/%s: %w", ns, name, err)
+	}
+	plan, err := planMigration(&legacyGW, f.names)
+	if err != nil {
+		return err
+	}
+	for _, w := range plan.Warnings {
+		warnf(o, "%s", w)
+	}
+	existing, err := checkAgainstCluster(ctx, c, plan)
+	if err != nil {
+		return err
+	}
+	if !f.apply {
+		return printObjects(o.streams.Out, f.output, plan.objects())
+	}
+	m := &migration{o: o, c: c, legacy: &legacyGW, plan: plan, timeout: f.timeout, keepLegacy: f.keepLegacy}
+	return m.run(ctx, existing)
+}
+
+// objects are the plan's objects in apply order: the gateway, then its peers.
+func (p *migrationPlan) objects() []client.Object {
+	out := []client.Object{p.Gateway}
+	for i := range p.Peers {
+		out = append(out, &p.Peers[i])
+	}
+	return out
+}
+
+// objectRef is "vpngateway/acme", as kubectl names it.
+func objectRef(obj client.Object) string {
+	kind := "vpngateway"
+	if _, ok := obj.(*vpnv1.VPNPeer); ok {
+		kind = "vpnpeer"
+	}
+	return kind + "/" + obj.GetName()
+}
+
+// checkAgainstCluster refuses, with every reason at once, a plan the cluster cannot take as it
+// is: an object of the same name that exists and differs, another VPNPeer on the new gateway,
+// an object the API server refuses (server-side dry run). It returns the objects that exist
+// already, identical (a migration run before).
+func checkAgainstCluster(ctx context.Context, c client.Client, plan *migrationPlan) (map[string]bool, error) {
+	gw := plan.Gateway
+	existing := map[string]bool{}
+	var refused []string
+	for _, obj := range plan.objects() {
+		cur := obj.DeepCopyObject().(client.Object)
+		err := c.Get(ctx, client.ObjectKeyFromObject(obj), cur)
+		switch {
+		case apierrors.IsNotFound(err):
+			// what the API server makes of it (schema, CEL rules, defaults), without creating it
+			probe := obj.DeepCopyObject().(client.Object)
+			if err := c.Create(ctx, probe, client.DryRunAll); err != nil {
+				refused = append(refused, fmt.Sprintf("%s: the API server refuses it: %v", objectRef(obj), err))
+			}
+		case err != nil:
+			return nil, fmt.Errorf("reading %s: %w", objectRef(obj), err)
+		default:
+			// the object as the API server would store it (defaults applied), under a
+			// generated name, compared with the existing one
+			probe := obj.DeepCopyObject().(client.Object)
+			probe.SetName("")
+			probe.SetGenerateName("migrate-check-")
+			if err := c.Create(ctx, probe, client.DryRunAll); err != nil {
+				refused = append(refused, fmt.Sprintf("%s: the API server refuses it: %v", objectRef(obj), err))
+				continue
+			}
+			if diff := specDiff(cur, probe); len(diff) > 0 {
+				refused = append(refused, fmt.Sprintf("%s exists and is not the migrated one (%s differ): delete it, or choose other names (--gateway, --peer-prefix)",
+					objectRef(obj), strings.Join(diff, ", ")))
+				continue
+			}
+			existing[objectRef(obj)] = true
+		}
+	}
+	var peers vpnv1.VPNPeerList
+	if err := c.List(ctx, &peers, client.InNamespace(gw.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing the VPNPeers of namespace %s: %w", gw.Namespace, err)
+	}
+	ours := map[string]bool{}
+	for _, p := range plan.Peers {
+		ours[p.Name] = true
+	}
+	for _, p := range peers.Items {
+		if p.Spec.GatewayRef == gw.Name && !ours[p.Name] {
+			refused = append(refused, fmt.Sprintf("vpnpeer/%s references VPNGateway %s already (spec.gatewayRef): the migrated gateway's peers must be exactly the legacy tunnels, or the grants would change", p.Name, gw.Name))
+		}
+	}
+	if len(refused) > 0 {
+		return nil, &migrationRefused{Legacy: gw.Namespace + "/" + gw.Annotations[annotationMigratedFrom], Reasons: refused}
+	}
+	return existing, nil
+}
+
+// specDiff names the spec fields (JSON paths) where two objects differ.
+func specDiff(a, b client.Object) []string {
+	spec := func(obj client.Object) any {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			return nil
+		}
+		return u["spec"]
+	}
+	var out []string
+	diffPaths("spec", spec(a), spec(b), &out)
+	return out
+}
+
+func diffPaths(path string, a, b any, out *[]string) {
+	am, aok := a.(map[string]any)
+	bm, bok := b.(map[string]any)
+	if !aok || !bok {
+		if !reflect.DeepEqual(a, b) {
+			*out = append(*out, path)
+		}
+		return
+	}
+	keys := map[string]bool{}
+	for k := range am {
+		keys[k] = true
+	}
+	for k := range bm {
+		keys[k] = true
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		diffPaths(path+"."+k, am[k], bm[k], out)
+	}
+}
+
+// migration is one --apply run.
+type migration struct {
+	o          *options
+	c          client.Client
+	legacy     *ipsecv1.IPsecGateway
+	plan       *migrationPlan
+	timeout    time.Duration
+	keepLegacy bool
+
+	// applied are the new objects in the cluster (created now or found identical).
+	applied []client.Object
+	// handedOver: the IPsecGateway carries the migrated-to annotation.
+	handedOver bool
+}
+
+func (m *migration) run(ctx context.Context, existing map[string]bool) error {
+	out := m.o.streams.Out
+	for _, obj := range m.plan.objects() {
+		ref := objectRef(obj)
+		if existing[ref] {
+			m.applied = append(m.applied, obj)
+			fmt.Fprintf(out, "%s unchanged\n", qualified(ref))
+			continue
+		}
+		if err := applyObject(ctx, m.c, obj); err != nil {
+			return m.fail(fmt.Errorf("applying %s: %w", ref, err))
+		}
+		m.applied = append(m.applied, obj)
+		fmt.Fprintf(out, "%s applied (server-side, field manager %s)\n", qualified(ref), migrateFieldManager)
+	}
+
+	target := m.plan.Gateway.Name
+	var handover time.Time
+	if m.legacy.Annotations[ipsecv1.AnnotationMigratedTo] == target {
+		m.handedOver = true
+		fmt.Fprintf(out, "ipsecgateway.ipsec.bnerd.net/%s was handed over to VPNGateway %s before this run (%s): the outage is not measured\n",
+			m.legacy.Name, target, ipsecv1.AnnotationMigratedTo)
+	} else {
+		// only the IPsecGateway that was planned from: a change since fails here
+		before := m.legacy.DeepCopy()
+		if m.legacy.Annotations == nil {
+			m.legacy.Annotations = map[string]string{}
+		}
+		m.legacy.Annotations[ipsecv1.AnnotationMigratedTo] = target
+		handover = m.o.now()
+		if err := m.c.Patch(ctx, m.legacy, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return m.fail(fmt.Errorf("handing the endpoint over (annotating IPsecGateway %s %s=%s): %w", m.legacy.Name, ipsecv1.AnnotationMigratedTo, target, err))
+		}
+		m.handedOver = true
+		fmt.Fprintf(out, "ipsecgateway.ipsec.bnerd.net/%s annotated %s=%s: the endpoint is handed over (%s)\n",
+			m.legacy.Name, ipsecv1.AnnotationMigratedTo, target, handover.UTC().Format(time.RFC3339))
+		// the operator looks at the new gateway at once rather than at its next retry
+		gw := &vpnv1.VPNGateway{}
+		gw.Namespace, gw.Name = m.plan.Gateway.Namespace, target
+		stamp := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotationHandover, handover.UTC().Format(time.RFC3339Nano))
+		if err := m.c.Patch(ctx, gw, client.RawPatch("application/merge-patch+json", []byte(stamp))); err != nil {
+			warnf(m.o, "annotating VPNGateway %s %s: %v (the operator picks the gateway up at its next retry)", target, annotationHandover, err)
+		}
+	}
+
+	start := handover
+	if start.IsZero() {
+		start = m.o.now()
+	}
+	deadline := start.Add(m.timeout)
+	var st *migrationState
+	for {
+		var err error
+		st, err = m.observe(ctx)
+		if err != nil && ctx.Err() == nil {
+			return m.fail(err)
+		}
+		if st != nil && st.done() {
+			break
+		}
+		now := m.o.now()
+		if ctx.Err() != nil || !now.Before(deadline) {
+			why := fmt.Sprintf("timed out after %v", m.timeout)
+			if ctx.Err() != nil && now.Before(deadline) {
+				why = "interrupted"
+			}
+			if st != nil {
+				m.printState(m.o.streams.ErrOut, st)
+			}
+			return m.fail(fmt.Errorf("%s waiting for %s", why, st.waitingFor()))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(migratePoll, deadline.Sub(now))):
+		}
+	}
+	connected := m.o.now()
+	if !handover.IsZero() {
+		fmt.Fprintf(out, "outage: %.1fs (from the handover to every new VPNPeer Connected, measured every %v)\n",
+			connected.Sub(handover).Seconds(), migratePoll)
+	}
+	fmt.Fprintln(out)
+	m.printState(out, st)
+	fmt.Fprintln(out)
+
+	if m.keepLegacy {
+		fmt.Fprintf(out, "ipsecgateway.ipsec.bnerd.net/%s kept (released: the operator leaves it alone); delete it with: kubectl -n %s delete ipsecgateway %s\n",
+			m.legacy.Name, m.legacy.Namespace, m.legacy.Name)
+		return nil
+	}
+	uid := m.legacy.UID
+	if err := m.c.Delete(ctx, m.legacy, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("the migration is complete, but deleting the released IPsecGateway %s failed: %w (delete it with: kubectl -n %s delete ipsecgateway %s)",
+			m.legacy.Name, err, m.legacy.Namespace, m.legacy.Name)
+	}
+	// its finalizer is removed by the operator without touching the cloud
+	gone := m.o.now().Add(30 * time.Second)
+	for {
+		err := m.c.Get(ctx, client.ObjectKeyFromObject(m.legacy), &ipsecv1.IPsecGateway{})
+		if apierrors.IsNotFound(err) {
+			fmt.Fprintf(out, "ipsecgateway.ipsec.bnerd.net/%s deleted\n", m.legacy.Name)
+			return nil
+		}
+		if ctx.Err() != nil || !m.o.now().Before(gone) {
+			warnf(m.o, "IPsecGateway %s is deleted but still present (its finalizer is the operator's): kubectl -n %s get ipsecgateway %s", m.legacy.Name, m.legacy.Namespace, m.legacy.Name)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(migratePoll):
+		}
+	}
+}
+
+// applyObject server-side applies the object's metadata (name, namespace, annotations) and spec.
+func applyObject(ctx context.Context, c client.Client, obj client.Object) error {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	delete(u, "status")
+	if md, ok := u["metadata"].(map[string]any); ok {
+		delete(md, "creationTimestamp")
+	}
+	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}), client.FieldOwner(migrateFieldManager))
+}
+
+// migrationState is what --apply waits for.
+type migrationState struct {
+	gateway *vpnv1.VPNGateway
+	peers   []*vpnv1.VPNPeer // nil where not found
+	names   []string
+}
+
+func (m *migration) observe(ctx context.Context) (*migrationState, error) {
+	st := &migrationState{gateway: &vpnv1.VPNGateway{}}
+	if err := m.c.Get(ctx, client.ObjectKeyFromObject(m.plan.Gateway), st.gateway); err != nil {
+		return nil, fmt.Errorf("reading VPNGateway %s: %w", m.plan.Gateway.Name, err)
+	}
+	for i := range m.plan.Peers {
+		p := &vpnv1.VPNPeer{}
+		if err := m.c.Get(ctx, client.ObjectKeyFromObject(&m.plan.Peers[i]), p); err != nil {
+			return nil, fmt.Errorf("reading VPNPeer %s: %w", m.plan.Peers[i].Name, err)
+		}
+		st.peers = append(st.peers, p)
+		st.names = append(st.names, p.Name)
+	}
+	return st, nil
+}
+
+func (s *migrationState) gatewayReady() bool {
+	c := meta.FindStatusCondition(s.gateway.Status.Conditions, vpnv1.ConditionReady)
+	return c != nil && c.Status == "True" && s.gateway.Status.ObservedGeneration >= s.gateway.Generation
+}
+
+func peerConnected(p *vpnv1.VPNPeer) bool {
+	c := meta.FindStatusCondition(p.Status.Conditions, vpnv1.ConditionConnected)
+	return c != nil && c.Status == "True"
+}
+
+func (s *migrationState) done() bool {
+	if !s.gatewayReady() {
+		return false
+	}
+	for _, p := range s.peers {
+		if !peerConnected(p) {
+			return false
+		}
+	}
+	return true
+}
+
+// waitingFor names what is not there yet.
+func (s *migrationState) waitingFor() string {
+	if s == nil {
+		return "the new objects"
+	}
+	var parts []string
+	if !s.gatewayReady() {
+		parts = append(parts, fmt.Sprintf("VPNGateway %s Ready (%s)", s.gateway.Name, conditionText(s.gateway.Status.Conditions, vpnv1.ConditionReady)))
+	}
+	for _, p := range s.peers {
+		if !peerConnected(p) {
+			parts = append(parts, fmt.Sprintf("VPNPeer %s Connected (%s)", p.Name, conditionText(p.Status.Conditions, vpnv1.ConditionConnected)))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// conditionText is "True (Reason)", "False (Reason: message)" or "Unknown" when not written.
+func conditionText(conds []metav1.Condition, typ string) string {
+	c := meta.FindStatusCondition(conds, typ)
+	if c == nil {
+		return "Unknown"
+	}
+	return fmt.Sprintf("%s (%s)", c.Status, c.Reason)
+}
+
+func (m *migration) printState(w io.Writer, st *migrationState) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NEW OBJECT\tREADY / CONNECTED\tAUTHORIZED")
+	ready := conditionText(st.gateway.Status.Conditions, vpnv1.ConditionReady)
+	if c := meta.FindStatusCondition(st.gateway.Status.Conditions, vpnv1.ConditionReady); c != nil && c.Status != "True" && c.Message != "" {
+		ready = fmt.Sprintf("%s (%s: %s)", c.Status, c.Reason, c.Message)
+	}
+	fmt.Fprintf(tw, "vpngateway/%s\t%s\t-\n", st.gateway.Name, ready)
+	for _, p := range st.peers {
+		fmt.Fprintf(tw, "vpnpeer/%s\t%s\t%s\n", p.Name,
+			conditionText(p.Status.Conditions, vpnv1.ConditionConnected), conditionText(p.Status.Conditions, vpnv1.ConditionAuthorized))
+	}
+	_ = tw.Flush()
+}
+
+// fail says what is in the cluster now and how to roll it back, and returns err.
+func (m *migration) fail(err error) error {
+	w := m.o.streams.ErrOut
+	ns := m.legacy.Namespace
+	if len(m.applied) == 0 && !m.handedOver {
+		fmt.Fprintln(w, "Nothing was applied.")
+		return err
+	}
+	fmt.Fprintln(w, "In the cluster now:")
+	for _, obj := range m.applied {
+		fmt.Fprintf(w, "  %s\n", qualified(objectRef(obj)))
+	}
+	if m.handedOver {
+		fmt.Fprintf(w, "  ipsecgateway.ipsec.bnerd.net/%s: released (annotated %s=%s), kept\n", m.legacy.Name, ipsecv1.AnnotationMigratedTo, m.plan.Gateway.Name)
+	} else {
+		fmt.Fprintf(w, "  ipsecgateway.ipsec.bnerd.net/%s: unchanged, still serving the client\n", m.legacy.Name)
+	}
+	fmt.Fprintln(w, "To roll back (run again to retry instead: what exists is taken as it is):")
+	var peers []string
+	gateway := false
+	for _, obj := range m.applied {
+		if _, ok := obj.(*vpnv1.VPNPeer); ok {
+			peers = append(peers, obj.GetName())
+		} else {
+			gateway = true
+		}
+	}
+	if len(peers) > 0 {
+		fmt.Fprintf(w, "  kubectl -n %s delete vpnpeer %s\n", ns, strings.Join(peers, " "))
+	}
+	if gateway {
+		fmt.Fprintf(w, "  kubectl -n %s delete vpngateway %s\n", ns, m.plan.Gateway.Name)
+	}
+	if m.handedOver {
+		fmt.Fprintf(w, "  kubectl -n %s annotate ipsecgateway %s %s-\n", ns, m.legacy.Name, ipsecv1.AnnotationMigratedTo)
+		fmt.Fprintln(w, "(in this order: the new gateway gives the endpoint up when deleted, then the legacy gateway takes it back)")
+	}
+	return err
+}
+
+func qualified(ref string) string {
+	kind, name, _ := strings.Cut(ref, "/")
+	return kind + ".vpn.bnerd.net/" + name
+}
