@@ -70,7 +70,10 @@ type Request struct {
 	Name      string
 	// UID of the VPNGateway: every cloud resource is named or tagged with it, and the
 	// LoadBalancer Service's controller reference points at it.
-	UID      types.UID
+	UID types.UID
+	// Kind of the gateway's custom resource: empty for a VPNGateway, model.KindIPsecGateway
+	// for a legacy IPsecGateway (its objects in the cluster are named and owned accordingly).
+	Kind     string
 	Protocol model.Protocol
 	// WireGuardPort is the device's listen port (0 means 51820); unused for IPsec.
 	WireGuardPort uint16

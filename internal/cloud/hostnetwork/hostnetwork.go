@@ -3,7 +3,8 @@
 // ExternalIP, or its InternalIP. A node holds one host-network gateway: its agent owns the
 // node's nftables table (ip bnerd_vpn), its tunnel device and ports (UDP 500/4500 for IPsec
 // with charon's routing table 220, its WireGuard device and listen port), so a second one
-// would overwrite the first's firewall. The older gateway (creation time, then
+// would overwrite the first's firewall. VPNGateways and legacy IPsecGateways count alike
+// (except a released, migrated-to one). The older gateway (creation time, then
 // namespace/name) keeps the node, the younger gets Conflict naming it. Nothing is created,
 // so Delete does nothing.
 package hostnetwork
@@ -21,8 +22,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/legacy"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
 
@@ -149,6 +152,29 @@ func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Erro
 	if err := p.r.List(ctx, &list, opts...); err != nil {
 		return nil, apiError(err, "listing VPNGateways")
 	}
+	// Legacy IPsecGateways hold nodes too (translated: the same spec); one released by a
+	// migration (ipsec AnnotationMigratedTo) holds nothing, its pod is being removed.
+	var legacyList ipsecv1.IPsecGatewayList
+	if err := p.r.List(ctx, &legacyList, opts...); err != nil {
+		return nil, apiError(err, "listing IPsecGateways")
+	}
+	legacyKeys := map[types.UID]bool{}
+	for i := range legacyList.Items {
+		g := &legacyList.Items[i]
+		if _, released := g.Annotations[ipsecv1.AnnotationMigratedTo]; released {
+			continue
+		}
+		gw, _ := legacy.Translate(g)
+		gw.DeletionTimestamp = g.DeletionTimestamp
+		list.Items = append(list.Items, *gw)
+		legacyKeys[g.UID] = true
+	}
+	kindOf := func(gw *vpnv1.VPNGateway) string {
+		if legacyKeys[gw.UID] {
+			return "IPsecGateway "
+		}
+		return ""
+	}
 	// Our own age: from the list, or the youngest possible if the reader has not seen us yet.
 	self := struct {
 		created time.Time
@@ -185,8 +211,8 @@ func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Erro
 		note = " (it is being deleted)"
 	}
 	return cloud.Terminalf(cloud.ReasonConflict, p.cfg.Recheck,
-		"node %s already runs the older host-network gateway %s/%s%s (%s, %s); a node holds one host-network gateway: its firewall table and tunnel device are the node's",
-		req.Endpoint.NodeName, winner.Namespace, winner.Name, note, winner.Spec.Protocol, describePorts(gatewayPorts(winner))), nil
+		"node %s already runs the older host-network gateway %s%s/%s%s (%s, %s); a node holds one host-network gateway: its firewall table and tunnel device are the node's",
+		req.Endpoint.NodeName, kindOf(winner), winner.Namespace, winner.Name, note, winner.Spec.Protocol, describePorts(gatewayPorts(winner))), nil
 }
 
 // gatewayPorts are the UDP ports a gateway binds on its node.

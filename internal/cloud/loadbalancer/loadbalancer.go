@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
@@ -48,8 +49,17 @@ const (
 	PortWireGuard = children.PortWireGuard
 )
 
-// ServiceName is the name of a gateway's LoadBalancer Service.
+// ServiceName is the name of a VPNGateway's LoadBalancer Service.
 func ServiceName(gateway string) string { return gateway + "-gateway-lb" }
+
+// ServiceNameFor is the name of the LoadBalancer Service of a gateway of the given model
+// kind: a legacy IPsecGateway's ends in "-ipsecgw-lb", never a VPNGateway's.
+func ServiceNameFor(kind, gateway string) string {
+	if kind == model.KindIPsecGateway {
+		return children.NameFor(kind, gateway) + "-lb"
+	}
+	return ServiceName(gateway)
+}
 
 // Config configures the provider.
 type Config struct {
@@ -90,7 +100,7 @@ func Service(req cloud.Request) *corev1ac.ServiceApplyConfiguration {
 		// WireGuard device run in containers of their own). A restarting agent must not take
 		// the gateway out of its load balancer: that would cut every tunnel for as long.
 		WithPublishNotReadyAddresses(true).
-		WithSelector(children.SelectorLabels(req.Name))
+		WithSelector(children.SelectorLabelsFor(req.Kind, req.Name))
 	names := map[uint16]string{cloud.IKEPort: PortIKE, cloud.NATTPort: PortNATT}
 	for _, p := range cloud.TunnelPorts(req.Protocol, req.WireGuardPort) {
 		name := names[p.Port]
@@ -103,10 +113,14 @@ func Service(req cloud.Request) *corev1ac.ServiceApplyConfiguration {
 	if c := req.Endpoint.LoadBalancerClass; c != "" {
 		spec.WithLoadBalancerClass(c)
 	}
-	svc := corev1ac.Service(ServiceName(req.Name), req.Namespace).
-		WithLabels(children.Labels(req.Name)).
+	apiVersion, kind := vpnv1.GroupVersion.String(), "VPNGateway"
+	if req.Kind == model.KindIPsecGateway {
+		apiVersion, kind = ipsecv1.GroupVersion.String(), model.KindIPsecGateway
+	}
+	svc := corev1ac.Service(ServiceNameFor(req.Kind, req.Name), req.Namespace).
+		WithLabels(children.LabelsFor(req.Kind, req.Name)).
 		WithOwnerReferences(metav1ac.OwnerReference().
-			WithAPIVersion(vpnv1.GroupVersion.String()).WithKind("VPNGateway").
+			WithAPIVersion(apiVersion).WithKind(kind).
 			WithName(req.Name).WithUID(req.UID).
 			WithController(true).WithBlockOwnerDeletion(true)).
 		WithSpec(spec)
@@ -124,7 +138,7 @@ func (p *Provider) Ensure(ctx context.Context, req cloud.Request) (cloud.Result,
 	if req.Endpoint.Kind != model.EndpointLoadBalancer {
 		return cloud.Failed(cloud.Terminalf(cloud.ReasonInvalidConfiguration, 0, "gateway %s: the LoadBalancer provider cannot serve a %q endpoint", req, req.Endpoint.Kind)), nil
 	}
-	name := ServiceName(req.Name)
+	name := ServiceNameFor(req.Kind, req.Name)
 	svc := Service(req)
 	raw, err := json.Marshal(svc)
 	if err != nil {
@@ -195,7 +209,7 @@ func (p *Provider) Ensure(ctx context.Context, req cloud.Request) (cloud.Result,
 
 // Delete implements cloud.Provider: the gateway's Service goes (if it is the gateway's).
 func (p *Provider) Delete(ctx context.Context, req cloud.Request) error {
-	name := ServiceName(req.Name)
+	name := ServiceNameFor(req.Kind, req.Name)
 	existing := &corev1.Service{}
 	err := p.c.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: name}, existing)
 	if apierrors.IsNotFound(err) {

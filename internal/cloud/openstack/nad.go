@@ -9,6 +9,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
 
 // NADNameSuffix + the gateway's name names its NetworkAttachmentDefinition.
@@ -16,6 +17,15 @@ const NADNameSuffix = "-gateway-uplink"
 
 // NADName is the name of a gateway's NetworkAttachmentDefinition.
 func NADName(gateway string) string { return gateway + NADNameSuffix }
+
+// NADNameFor is the NetworkAttachmentDefinition name of a gateway of the given model kind (a
+// legacy IPsecGateway's ends in "-ipsecgw-uplink", never a VPNGateway's).
+func NADNameFor(kind, gateway string) string {
+	if kind == model.KindIPsecGateway {
+		return gateway + "-ipsecgw-uplink"
+	}
+	return NADName(gateway)
+}
 
 // DefaultNADConfigTemplate attaches the gateway pod to the node's Master interface with
 // macvlan, using the Neutron port's MAC and fixed IP (static IPAM), so traffic for the
@@ -53,7 +63,7 @@ type NADTemplateData struct {
 
 func (p *Provider) renderAttachment(req cloud.Request, portID, mac, ip string, sub *subnets.Subnet) (*cloud.NetworkAttachment, error) {
 	d := NADTemplateData{
-		Name: NADName(req.Name), Namespace: req.Namespace, Gateway: req.Name, UID: string(req.UID),
+		Name: NADNameFor(req.Kind, req.Name), Namespace: req.Namespace, Gateway: req.Name, UID: string(req.UID),
 		Master: p.cfg.NADMaster, PortID: portID, MAC: mac, IP: ip,
 		CIDR: sub.CIDR, GatewayIP: sub.GatewayIP, NetworkID: sub.NetworkID, SubnetID: sub.ID,
 	}
