@@ -352,6 +352,7 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 			}
 			if st != nil {
 				m.printState(m.o.streams.ErrOut, st)
+				fmt.Fprintln(m.o.streams.ErrOut)
 			}
 			return m.fail(fmt.Errorf("%s waiting for %s", why, st.waitingFor()))
 		}
@@ -461,13 +462,20 @@ func (s *migrationState) waitingFor() string {
 	if s == nil {
 		return "the new objects"
 	}
+	now := func(conds []metav1.Condition, typ string) string {
+		c := meta.FindStatusCondition(conds, typ)
+		if c == nil {
+			return "not reported"
+		}
+		return string(c.Status) + ", " + c.Reason
+	}
 	var parts []string
 	if !s.gatewayReady() {
-		parts = append(parts, fmt.Sprintf("VPNGateway %s Ready (%s)", s.gateway.Name, conditionText(s.gateway.Status.Conditions, vpnv1.ConditionReady)))
+		parts = append(parts, fmt.Sprintf("VPNGateway %s Ready (now %s)", s.gateway.Name, now(s.gateway.Status.Conditions, vpnv1.ConditionReady)))
 	}
 	for _, p := range s.peers {
 		if !peerConnected(p) {
-			parts = append(parts, fmt.Sprintf("VPNPeer %s Connected (%s)", p.Name, conditionText(p.Status.Conditions, vpnv1.ConditionConnected)))
+			parts = append(parts, fmt.Sprintf("VPNPeer %s Connected (now %s)", p.Name, now(p.Status.Conditions, vpnv1.ConditionConnected)))
 		}
 	}
 	return strings.Join(parts, ", ")
