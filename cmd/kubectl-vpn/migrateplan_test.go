@@ -183,7 +183,9 @@ func TestPlanMigration(t *testing.T) {
 	}, {
 		name:    "refused: a LoadBalancer endpoint",
 		tunnels: []string{"hq"},
-		edit:    func(g *ipsecv1.IPsecGateway) { g.Spec.Endpoint = vpnv1.Endpoint{LoadBalancer: &vpnv1.LoadBalancerEndpoint{}} },
+		edit: func(g *ipsecv1.IPsecGateway) {
+			g.Spec.Endpoint = vpnv1.Endpoint{LoadBalancer: &vpnv1.LoadBalancerEndpoint{}}
+		},
 		refused: []string{"spec.endpoint.loadBalancer: a LoadBalancer Service's address cannot be pinned"},
 	}, {
 		name:    "refused: the service CIDR not allocated yet",
