@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/ipam"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
@@ -24,9 +25,16 @@ type allocator struct {
 	pool   *ipam.Pool
 	seeded bool
 	// waiting are gateways that found the pool exhausted; a release wakes them through wake
-	// instead of having them poll.
-	waiting map[types.NamespacedName]struct{}
-	wake    chan event.GenericEvent
+	// (VPNGateways) or wakeLegacy (IPsecGateways) instead of having them poll.
+	waiting    map[waiter]struct{}
+	wake       chan event.GenericEvent
+	wakeLegacy chan event.GenericEvent
+}
+
+// waiter is a gateway waiting for a free block: its model kind and name.
+type waiter struct {
+	kind string
+	types.NamespacedName
 }
 
 func newAllocator(pool netip.Prefix) (*allocator, error) {
@@ -34,10 +42,18 @@ func newAllocator(pool netip.Prefix) (*allocator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("service CIDR pool %s: %w", pool, err)
 	}
-	return &allocator{pool: p, waiting: map[types.NamespacedName]struct{}{}, wake: make(chan event.GenericEvent)}, nil
+	return &allocator{pool: p, waiting: map[waiter]struct{}{}, wake: make(chan event.GenericEvent), wakeLegacy: make(chan event.GenericEvent)}, nil
 }
 
-func ownerKey(namespace, name string) string { return namespace + "/" + name }
+// ownerKey is a gateway's key in the pool: "namespace/name" for a VPNGateway (as always),
+// "IPsecGateway namespace/name" for a legacy one, so a legacy and a unified gateway of the
+// same name never share an allocation. It names the holder in conflict messages.
+func ownerKey(kind, namespace, name string) string {
+	if kind == model.KindIPsecGateway {
+		return kind + " " + namespace + "/" + name
+	}
+	return namespace + "/" + name
+}
 
 // ensureSeeded rebuilds the pool from every gateway's status and spec, once.
 func (a *allocator) ensureSeeded(ctx context.Context, c client.Reader) error {
@@ -50,10 +66,24 @@ func (a *allocator) ensureSeeded(ctx context.Context, c client.Reader) error {
 	if err := c.List(ctx, &list); err != nil {
 		return fmt.Errorf("listing gateways to rebuild the address pool: %w", err)
 	}
-	seeds := make([]ipam.Seed, 0, len(list.Items))
+	var legacyList ipsecv1.IPsecGatewayList
+	if err := c.List(ctx, &legacyList); err != nil {
+		return fmt.Errorf("listing IPsecGateways to rebuild the address pool: %w", err)
+	}
+	seeds := make([]ipam.Seed, 0, len(list.Items)+len(legacyList.Items))
 	for i := range list.Items {
 		gw := &list.Items[i]
-		s := ipam.Seed{Owner: ownerKey(gw.Namespace, gw.Name)}
+		s := ipam.Seed{Owner: ownerKey("", gw.Namespace, gw.Name)}
+		s.Assigned, _ = netip.ParsePrefix(gw.Status.ServiceCIDR)
+		s.Requested, _ = netip.ParsePrefix(gw.Spec.ServiceCIDR)
+		seeds = append(seeds, s)
+	}
+	for i := range legacyList.Items {
+		gw := &legacyList.Items[i]
+		if Released(gw) {
+			continue // its service CIDR passed to the gateway that took it over
+		}
+		s := ipam.Seed{Owner: ownerKey(model.KindIPsecGateway, gw.Namespace, gw.Name)}
 		s.Assigned, _ = netip.ParsePrefix(gw.Status.ServiceCIDR)
 		s.Requested, _ = netip.ParsePrefix(gw.Spec.ServiceCIDR)
 		seeds = append(seeds, s)
@@ -66,17 +96,17 @@ func (a *allocator) ensureSeeded(ctx context.Context, c client.Reader) error {
 
 // serviceCIDRFor decides the gateway's service CIDR: the one in status (live), else the
 // requested one in spec, else a fresh block from the pool.
-func (a *allocator) serviceCIDRFor(gw *vpnv1.VPNGateway) (netip.Prefix, error) {
+func (a *allocator) serviceCIDRFor(kind string, gw *vpnv1.VPNGateway) (netip.Prefix, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	owner := ownerKey(gw.Namespace, gw.Name)
+	owner := ownerKey(kind, gw.Namespace, gw.Name)
 	if cur, err := netip.ParsePrefix(gw.Status.ServiceCIDR); err == nil {
 		return cur, a.pool.Claim(owner, cur)
 	}
 	if req, err := netip.ParsePrefix(gw.Spec.ServiceCIDR); err == nil {
 		return req, a.pool.Claim(owner, req)
 	}
-	key := types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}
+	key := waiter{kind, types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}}
 	cidr, err := a.pool.Allocate(owner)
 	if errors.Is(err, ipam.ErrExhausted) {
 		a.waiting[key] = struct{}{}
@@ -87,21 +117,27 @@ func (a *allocator) serviceCIDRFor(gw *vpnv1.VPNGateway) (netip.Prefix, error) {
 }
 
 // release frees the gateway's service CIDR and wakes the gateways waiting for one.
-func (a *allocator) release(namespace, name string) {
+func (a *allocator) release(kind, namespace, name string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.pool.Release(ownerKey(namespace, name))
-	delete(a.waiting, types.NamespacedName{Namespace: namespace, Name: name})
+	a.pool.Release(ownerKey(kind, namespace, name))
+	delete(a.waiting, waiter{kind, types.NamespacedName{Namespace: namespace, Name: name}})
 	for key := range a.waiting {
-		gw := &vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+		meta := metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}
+		if key.kind == model.KindIPsecGateway {
+			gw := &ipsecv1.IPsecGateway{ObjectMeta: meta}
+			go func() { a.wakeLegacy <- event.GenericEvent{Object: gw} }()
+			continue
+		}
+		gw := &vpnv1.VPNGateway{ObjectMeta: meta}
 		go func() { a.wake <- event.GenericEvent{Object: gw} }()
 	}
 	clear(a.waiting)
 }
 
 // othersHolding returns, for each address, the other gateway whose service CIDR contains it.
-func (a *allocator) othersHolding(gw *vpnv1.VPNGateway, addrs []netip.Addr) []model.GatewayCIDR {
-	self := ownerKey(gw.Namespace, gw.Name)
+func (a *allocator) othersHolding(kind string, gw *vpnv1.VPNGateway, addrs []netip.Addr) []model.GatewayCIDR {
+	self := ownerKey(kind, gw.Namespace, gw.Name)
 	var out []model.GatewayCIDR
 	for _, addr := range addrs {
 		if owner, cidr, ok := a.pool.HolderOf(addr, self); ok {

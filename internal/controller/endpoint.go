@@ -17,9 +17,10 @@ import (
 )
 
 // endpointRequest is what the endpoint providers need to know about a gateway.
-func endpointRequest(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer) cloud.Request {
+// kind is the model kind of the gateway's custom resource (empty: VPNGateway).
+func endpointRequest(kind string, gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer) cloud.Request {
 	req := cloud.Request{
-		Namespace: gw.Namespace, Name: gw.Name, UID: gw.UID,
+		Namespace: gw.Namespace, Name: gw.Name, UID: gw.UID, Kind: kind,
 		Protocol: model.Protocol(gw.Spec.Protocol),
 		Endpoint: modelEndpoint(gw.Spec.Endpoint),
 	}
@@ -70,7 +71,7 @@ func modelEndpoint(ep vpnv1.Endpoint) model.Endpoint {
 // ensureEndpoint provisions the public endpoint; a transient failure is returned for retry
 // with backoff, everything else lands in the EndpointReady condition.
 func (r *GatewayReconciler) ensureEndpoint(ctx context.Context, s *gatewayScope) (time.Duration, error) {
-	res, err := r.Endpoints.Ensure(ctx, endpointRequest(s.gw, s.peers))
+	res, err := r.Endpoints.Ensure(ctx, endpointRequest(s.kind, s.gw, s.peers))
 	s.endpoint = endpointResult{publicAddress: res.PublicAddress, pod: res.Pod}
 	switch {
 	case res.Ready:

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/hostnetwork"
@@ -107,6 +108,8 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		Watches(&vpnv1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.sameNode), builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(event.UpdateEvent) bool { return false },
 		})).
+		// A legacy host-network gateway that comes, goes or is released (migrated) too.
+		Watches(&ipsecv1.IPsecGateway{}, handler.EnqueueRequestsFromMapFunc(r.vpnGatewaysOnSameNode)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("vpngateway").
 		Complete(r)
@@ -210,7 +213,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.Client.Get(ctx, req.NamespacedName, gw); err != nil {
 		if apierrors.IsNotFound(err) {
 			// Gone without our finalizer having run (e.g. finalizer removed by hand).
-			r.alloc.release(req.Namespace, req.Name)
+			r.alloc.release("", req.Namespace, req.Name)
 			forgetGateway(req.Namespace, req.Name)
 			return ctrl.Result{}, nil
 		}
@@ -231,13 +234,19 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 
-	s := &gatewayScope{gw: gw}
-	var result ctrl.Result
-	var errs []error
-
+	s := &gatewayScope{gw: gw, obj: gw}
 	if err := r.loadPeers(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
+	return r.reconcilePhases(ctx, s)
+}
+
+// reconcilePhases runs the phases of one reconcile pass on a gateway and its peers — a
+// VPNGateway's, or those a legacy IPsecGateway translates to (s.kind) — and writes the
+// status of the object that declared them: one path for both kinds.
+func (r *GatewayReconciler) reconcilePhases(ctx context.Context, s *gatewayScope) (ctrl.Result, error) {
+	var result ctrl.Result
+	var errs []error
 	r.allocateServiceCIDR(s, &result)
 	permitted, err := r.hostNetworkPermitted(ctx, s)
 	if err != nil {
@@ -280,7 +289,11 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.observeDeployment(ctx, s); err != nil {
 		errs = append(errs, err)
 	}
-	if err := r.writeStatus(ctx, s); err != nil {
+	write := r.writeStatus
+	if s.kind == model.KindIPsecGateway {
+		write = r.writeLegacyStatus
+	}
+	if err := write(ctx, s); err != nil {
 		errs = append(errs, err)
 	}
 	return result, errors.Join(errs...)
@@ -292,10 +305,10 @@ func (r *GatewayReconciler) finalize(ctx context.Context, gw *vpnv1.VPNGateway) 
 	}
 	// Cloud resources go first; the finalizer stays until they are gone (a pinned floating IP
 	// is only disassociated).
-	if err := r.Endpoints.DeleteAll(ctx, endpointRequest(gw, nil)); err != nil {
+	if err := r.Endpoints.DeleteAll(ctx, endpointRequest("", gw, nil)); err != nil {
 		return fmt.Errorf("deleting the public endpoint: %w", err)
 	}
-	r.alloc.release(gw.Namespace, gw.Name)
+	r.alloc.release("", gw.Namespace, gw.Name)
 	forgetGateway(gw.Namespace, gw.Name)
 	patch := client.MergeFrom(gw.DeepCopy())
 	controllerutil.RemoveFinalizer(gw, FinalizerAddresses)
@@ -321,7 +334,7 @@ func (r *GatewayReconciler) loadPeers(ctx context.Context, s *gatewayScope) erro
 
 func (r *GatewayReconciler) allocateServiceCIDR(s *gatewayScope, result *ctrl.Result) {
 	gw := s.gw
-	cidr, err := r.alloc.serviceCIDRFor(gw)
+	cidr, err := r.alloc.serviceCIDRFor(s.kind, gw)
 	var conflict *ipam.ConflictError
 	switch {
 	case errors.Is(err, ipam.ErrExhausted):
@@ -341,7 +354,7 @@ func (r *GatewayReconciler) allocateServiceCIDR(s *gatewayScope, result *ctrl.Re
 		s.addresses = failed(ReasonServiceCIDRChanged, fmt.Sprintf("spec.serviceCIDR %s differs from the service CIDR in use (%s), which clients depend on; delete and recreate the gateway to change it", gw.Spec.ServiceCIDR, gw.Status.ServiceCIDR))
 	}
 	if gw.Status.ServiceCIDR == "" {
-		r.Recorder.Eventf(gw, nil, corev1.EventTypeNormal, "ServiceCIDRAssigned", "Allocate", "service CIDR %s", cidr)
+		r.Recorder.Eventf(s.obj, nil, corev1.EventTypeNormal, "ServiceCIDRAssigned", "Allocate", "service CIDR %s", cidr)
 	}
 }
 
@@ -387,19 +400,20 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 	}
 	s.built, s.buildErrs = model.Build(model.Input{
 		Gateway:           s.gw,
+		Kind:              s.kind,
 		Peers:             s.peers,
 		Config:            r.Options.Model,
 		ServiceCIDR:       s.serviceCIDR,
 		Services:          services,
 		PublicAddress:     s.endpoint.publicAddress,
 		NodeAddresses:     nodes,
-		OtherServiceCIDRs: r.alloc.othersHolding(s.gw, targetAddresses(s.gw, services)),
+		OtherServiceCIDRs: r.alloc.othersHolding(s.kind, s.gw, targetAddresses(s.gw, services)),
 		RefusedSecrets:    refused,
 		ReverseClients:    clients,
 		ReverseServiceIPs: serviceIPs,
 	})
 	if s.built == nil && len(s.buildErrs) > 0 && !s.configWasInvalid() {
-		r.Recorder.Eventf(s.gw, nil, corev1.EventTypeWarning, s.buildErrs[0].Reason, "Validate", "%s", truncate(joinErrors(s.buildErrs), 1000))
+		r.Recorder.Eventf(s.obj, nil, corev1.EventTypeWarning, s.buildErrs[0].Reason, "Validate", "%s", truncate(joinErrors(s.buildErrs), 1000))
 	}
 	return nil
 }
@@ -431,7 +445,7 @@ func (r *GatewayReconciler) hostNetworkPermitted(ctx context.Context, s *gateway
 
 // removeDeployment deletes the gateway's Deployment, if any: a blocked gateway runs no pod.
 func (r *GatewayReconciler) removeDeployment(ctx context.Context, s *gatewayScope) error {
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: s.gw.Namespace, Name: children.Name(s.gw.Name)}}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: s.gw.Namespace, Name: children.NameFor(s.kind, s.gw.Name)}}
 	if err := r.Client.Delete(ctx, d); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting the Deployment of a blocked gateway: %w", err)
 	}
@@ -519,7 +533,7 @@ func (s *gatewayScope) configWasInvalid() bool {
 }
 
 func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope) error {
-	owner := gatewayOwner(s.gw)
+	owner := s.owner()
 	kids, err := children.Render(s.built, owner, r.Options.Render)
 	if err != nil {
 		s.rendered = failed(ReasonRenderFailed, err.Error())
@@ -566,7 +580,7 @@ func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope) 
 
 func (r *GatewayReconciler) observeDeployment(ctx context.Context, s *gatewayScope) error {
 	d := &appsv1.Deployment{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.gw.Namespace, Name: children.Name(s.gw.Name)}, d)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.gw.Namespace, Name: children.NameFor(s.kind, s.gw.Name)}, d)
 	switch {
 	case apierrors.IsNotFound(err) && s.rendered.status == metav1.ConditionTrue:
 		// Applied in this pass, not yet in the cache: it exists, with no pod ready yet (saying
@@ -589,14 +603,14 @@ func (r *GatewayReconciler) writeStatus(ctx context.Context, s *gatewayScope) er
 	if equality.Semantic.DeepEqual(desired, s.gw.Status) {
 		return nil
 	}
-	r.recordTransitions(s.gw, desired)
+	r.recordTransitions(s.gw, s.gw.Status.Conditions, desired.Conditions)
 	return applyStatus(ctx, r.Client, s.gw, "VPNGateway", &desired)
 }
 
-// recordTransitions emits an event when Ready changes.
-func (r *GatewayReconciler) recordTransitions(gw *vpnv1.VPNGateway, desired vpnv1.VPNGatewayStatus) {
-	was := findCondition(gw.Status.Conditions, vpnv1.ConditionReady)
-	now := findCondition(desired.Conditions, vpnv1.ConditionReady)
+// recordTransitions emits an event on obj when its Ready condition changes.
+func (r *GatewayReconciler) recordTransitions(obj client.Object, before, after []metav1.Condition) {
+	was := findCondition(before, vpnv1.ConditionReady)
+	now := findCondition(after, vpnv1.ConditionReady)
 	if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason) {
 		return
 	}
@@ -604,7 +618,7 @@ func (r *GatewayReconciler) recordTransitions(gw *vpnv1.VPNGateway, desired vpnv
 	if now.Status != metav1.ConditionTrue {
 		kind = corev1.EventTypeWarning
 	}
-	r.Recorder.Eventf(gw, nil, kind, now.Reason, "Reconcile", "%s", truncate(now.Message, 1000))
+	r.Recorder.Eventf(obj, nil, kind, now.Reason, "Reconcile", "%s", truncate(now.Message, 1000))
 }
 
 func findCondition(conds []metav1.Condition, t string) *metav1.Condition {

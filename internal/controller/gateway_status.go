@@ -9,7 +9,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
@@ -76,7 +78,13 @@ type endpointResult struct {
 // gatewayScope carries what one reconcile pass of a gateway found; status is computed from it
 // in one place (computeGatewayStatus).
 type gatewayScope struct {
-	gw          *vpnv1.VPNGateway
+	gw *vpnv1.VPNGateway
+	// kind is the model kind of the declaring custom resource (empty: the VPNGateway gw; or
+	// model.KindIPsecGateway: gw and peers are translated from legacy), obj that resource
+	// (events are recorded on it, it owns the children).
+	kind        string
+	obj         client.Object
+	legacy      *ipsecv1.IPsecGateway
 	peers       []vpnv1.VPNPeer
 	serviceCIDR netip.Prefix
 	addresses   outcome
@@ -94,6 +102,19 @@ type gatewayScope struct {
 	// Services that could not be (name taken).
 	reverseServices map[string]string
 	reverseProblems []model.Problem
+}
+
+// owner is the controller reference every child of the gateway carries: to the object that
+// declared it, so garbage collection follows that object.
+func (s *gatewayScope) owner() metav1.OwnerReference {
+	if s.kind == model.KindIPsecGateway {
+		return metav1.OwnerReference{
+			APIVersion: ipsecv1.GroupVersion.String(), Kind: model.KindIPsecGateway,
+			Name: s.legacy.Name, UID: s.legacy.UID,
+			Controller: ptr(true), BlockOwnerDeletion: ptr(true),
+		}
+	}
+	return gatewayOwner(s.gw)
 }
 
 // computeGatewayStatus is the gateway's whole status, derived from the scope. Conditions keep

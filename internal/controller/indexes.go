@@ -6,6 +6,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/hostnetwork"
 )
@@ -40,6 +41,15 @@ func SetupIndexes(ctx context.Context, mgr manager.Manager) error {
 	}
 	if err := idx.IndexField(ctx, &vpnv1.VPNGateway{}, IndexGatewayNode, func(o client.Object) []string {
 		return hostnetwork.NodeName(o.(*vpnv1.VPNGateway))
+	}); err != nil {
+		return err
+	}
+	// Legacy gateways hold nodes too (the host-network conflict check lists both kinds).
+	if err := idx.IndexField(ctx, &ipsecv1.IPsecGateway{}, IndexGatewayNode, func(o client.Object) []string {
+		if n := hostNetworkNode(o); n != "" {
+			return []string{n}
+		}
+		return nil
 	}); err != nil {
 		return err
 	}

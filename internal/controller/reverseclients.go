@@ -196,7 +196,7 @@ func (r *GatewayReconciler) claimReverseServices(ctx context.Context, s *gateway
 // (an exposure removed or renamed).
 func (r *GatewayReconciler) pruneReverseServices(ctx context.Context, s *gatewayScope) error {
 	var list corev1.ServiceList
-	if err := r.Client.List(ctx, &list, client.InNamespace(s.gw.Namespace), client.MatchingLabels{children.LabelGateway: s.gw.Name}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.gw.Namespace), client.MatchingLabels{children.GatewayLabelFor(s.kind): s.gw.Name}); err != nil {
 		return fmt.Errorf("listing reverse-exposure Services: %w", err)
 	}
 	for i := range list.Items {

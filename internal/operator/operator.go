@@ -277,9 +277,13 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 	endpoints := cloud.NewChooser(cfg.OpenStack,
 		loadbalancer.New(mgr.GetClient(), loadbalancer.Config{}),
 		hostnetwork.New(mgr.GetClient(), hostnetwork.Config{NodeIndex: controller.IndexGatewayNode}))
-	if err := (&controller.GatewayReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Options: cfg.Options, Endpoints: endpoints}).
-		SetupWithManager(mgr, cfg.Concurrency); err != nil {
+	gateways := &controller.GatewayReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Options: cfg.Options, Endpoints: endpoints}
+	if err := gateways.SetupWithManager(mgr, cfg.Concurrency); err != nil {
 		return nil, fmt.Errorf("gateway controller: %w", err)
+	}
+	// The legacy IPsecGateway runs through the same phases (and allocator) as a VPNGateway.
+	if err := (&controller.IPsecGatewayReconciler{Gateways: gateways}).SetupWithManager(mgr, cfg.Concurrency); err != nil {
+		return nil, fmt.Errorf("ipsecgateway controller: %w", err)
 	}
 	if err := (&controller.PeerReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Model: cfg.Options.Model}).
 		SetupWithManager(mgr, cfg.Concurrency); err != nil {
