@@ -307,14 +307,8 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 		fmt.Fprintf(out, "ipsecgateway.ipsec.bnerd.net/%s was handed over to VPNGateway %s before this run (%s): the outage is not measured\n",
 			m.legacy.Name, target, ipsecv1.AnnotationMigratedTo)
 	} else {
-		// only the IPsecGateway that was planned from: a change since fails here
-		before := m.legacy.DeepCopy()
-		if m.legacy.Annotations == nil {
-			m.legacy.Annotations = map[string]string{}
-		}
-		m.legacy.Annotations[ipsecv1.AnnotationMigratedTo] = target
-		handover = m.o.now()
-		if err := m.c.Patch(ctx, m.legacy, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		var err error
+		if handover, err = m.handOver(ctx); err != nil {
 			return m.fail(fmt.Errorf("handing the endpoint over (annotating IPsecGateway %s %s=%s): %w", m.legacy.Name, ipsecv1.AnnotationMigratedTo, target, err))
 		}
 		m.handedOver = true
@@ -397,6 +391,54 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 		case <-time.After(migratePoll):
 		}
 	}
+}
+
+// handOver annotates the IPsecGateway as it is now, provided it still plans to the objects
+// applied (its status changes all the time: the agent writes its tunnels' counters), and
+// returns when.
+func (m *migration) handOver(ctx context.Context) (time.Time, error) {
+	target := m.plan.Gateway.Name
+	for attempt := 0; ; attempt++ {
+		cur := &ipsecv1.IPsecGateway{}
+		if err := m.c.Get(ctx, client.ObjectKeyFromObject(m.legacy), cur); err != nil {
+			return time.Time{}, err
+		}
+		again, err := planMigration(cur, migrateNames{Gateway: target, PeerPrefix: m.plan.prefix})
+		if err != nil {
+			return time.Time{}, fmt.Errorf("the IPsecGateway changed since it was read: %w", err)
+		}
+		if !samePlan(again, m.plan) {
+			return time.Time{}, errors.New("the IPsecGateway changed since it was read: it no longer translates to the objects applied")
+		}
+		before := cur.DeepCopy()
+		if cur.Annotations == nil {
+			cur.Annotations = map[string]string{}
+		}
+		cur.Annotations[ipsecv1.AnnotationMigratedTo] = target
+		at := m.o.now()
+		err = m.c.Patch(ctx, cur, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		if apierrors.IsConflict(err) && attempt < 10 {
+			continue
+		}
+		if err != nil {
+			return time.Time{}, err
+		}
+		m.legacy = cur
+		return at, nil
+	}
+}
+
+// samePlan: both plans write the same objects.
+func samePlan(a, b *migrationPlan) bool {
+	if len(a.Peers) != len(b.Peers) || !reflect.DeepEqual(a.Gateway.ObjectMeta, b.Gateway.ObjectMeta) || !reflect.DeepEqual(a.Gateway.Spec, b.Gateway.Spec) {
+		return false
+	}
+	for i := range a.Peers {
+		if !reflect.DeepEqual(a.Peers[i].ObjectMeta, b.Peers[i].ObjectMeta) || !reflect.DeepEqual(a.Peers[i].Spec, b.Peers[i].Spec) {
+			return false
+		}
+	}
+	return true
 }
 
 // applyObject server-side applies the object's metadata (name, namespace, annotations) and spec.

@@ -162,6 +162,28 @@ func TestMigrateIPsecGateway(t *testing.T) {
 		out, stderr string
 		err         error
 	}
+	// the agent keeps writing the tunnels' counters meanwhile: the handover must not trip on it
+	stopChurn := make(chan struct{})
+	churned := make(chan int)
+	go func() {
+		n := 0
+		defer func() { churned <- n }()
+		for {
+			select {
+			case <-stopChurn:
+				return
+			default:
+			}
+			var g ipsecv1.IPsecGateway
+			if err := c.Get(ctx, client.ObjectKeyFromObject(legacy), &g); err != nil {
+				return
+			}
+			g.Status.Tunnels[0].BytesIn++
+			if c.Status().Update(ctx, &g) == nil {
+				n++
+			}
+		}
+	}()
 	done := make(chan result, 1)
 	go func() {
 		out, stderr, err := run(t, "", "-n", "mig", "migrate", "ipsecgateway", "acme", "--apply", "--timeout", "20s")
@@ -173,6 +195,8 @@ func TestMigrateIPsecGateway(t *testing.T) {
 			t.Fatal(err)
 		}
 		if legacy.Annotations[ipsecv1.AnnotationMigratedTo] == "acme" {
+			close(stopChurn)
+			t.Logf("%d status writes during the apply", <-churned)
 			break
 		}
 		if time.Now().After(deadline) {

@@ -30,6 +30,8 @@ type migrationPlan struct {
 	Peers   []vpnv1.VPNPeer
 	// Warnings are what the user should know but does not stop the migration.
 	Warnings []string
+	// prefix is the --peer-prefix the plan was made with.
+	prefix string
 }
 
 // migrationRefused lists every reason an IPsecGateway cannot be carried over exactly, each
@@ -191,7 +193,7 @@ func planMigration(g *ipsecv1.IPsecGateway, names migrateNames) (*migrationPlan,
 	if len(refused) > 0 {
 		return nil, &migrationRefused{Legacy: legacyName, Reasons: refused}
 	}
-	return &migrationPlan{Gateway: gw, Peers: peers, Warnings: warnings}, nil
+	return &migrationPlan{Gateway: gw, Peers: peers, Warnings: warnings, prefix: names.PeerPrefix}, nil
 }
 
 // pinVirtualIP is an exposure's virtual IP: spec's, else the one the operator assigned
