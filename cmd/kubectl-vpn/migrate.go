@@ -365,14 +365,16 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 	fmt.Fprintln(out)
 
 	if m.keepLegacy {
-		fmt.Fprintf(out, "ipsecgateway.ipsec.bnerd.net/%s kept (released: the operator leaves it alone); delete it with: kubectl -n %s delete ipsecgateway %s\n",
-			m.legacy.Name, m.legacy.Namespace, m.legacy.Name)
+		fmt.Fprintf(out, "ipsecgateway.ipsec.bnerd.net/%s kept (released: the operator leaves it alone); delete it with: %s delete ipsecgateway %s\n",
+			m.legacy.Name, m.kubectl(), m.legacy.Name)
 		return nil
 	}
+	// Orphan: the operator deleted its children at the handover; whatever else names it as
+	// owner (a tunnel's PSK Secret, which the new peers use) must stay.
 	uid := m.legacy.UID
-	if err := m.c.Delete(ctx, m.legacy, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("the migration is complete, but deleting the released IPsecGateway %s failed: %w (delete it with: kubectl -n %s delete ipsecgateway %s)",
-			m.legacy.Name, err, m.legacy.Namespace, m.legacy.Name)
+	if err := m.c.Delete(ctx, m.legacy, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationOrphan)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("the migration is complete, but deleting the released IPsecGateway %s failed: %w (delete it with: %s delete ipsecgateway %s)",
+			m.legacy.Name, err, m.kubectl(), m.legacy.Name)
 	}
 	// its finalizer is removed by the operator without touching the cloud
 	gone := m.o.now().Add(30 * time.Second)
@@ -383,7 +385,7 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 			return nil
 		}
 		if ctx.Err() != nil || !m.o.now().Before(gone) {
-			warnf(m.o, "IPsecGateway %s is deleted but still present (its finalizer is the operator's): kubectl -n %s get ipsecgateway %s", m.legacy.Name, m.legacy.Namespace, m.legacy.Name)
+			warnf(m.o, "IPsecGateway %s is deleted but still present (its finalizer is the operator's): %s get ipsecgateway %s", m.legacy.Name, m.kubectl(), m.legacy.Name)
 			return nil
 		}
 		select {
@@ -550,7 +552,6 @@ func (m *migration) printState(w io.Writer, st *migrationState) {
 // fail says what is in the cluster now and how to roll it back, and returns err.
 func (m *migration) fail(err error) error {
 	w := m.o.streams.ErrOut
-	ns := m.legacy.Namespace
 	if len(m.applied) == 0 && !m.handedOver {
 		fmt.Fprintln(w, "Nothing was applied.")
 		return err
@@ -575,16 +576,31 @@ func (m *migration) fail(err error) error {
 		}
 	}
 	if len(peers) > 0 {
-		fmt.Fprintf(w, "  kubectl -n %s delete vpnpeer %s\n", ns, strings.Join(peers, " "))
+		fmt.Fprintf(w, "  %s delete vpnpeer %s\n", m.kubectl(), strings.Join(peers, " "))
 	}
 	if gateway {
-		fmt.Fprintf(w, "  kubectl -n %s delete vpngateway %s\n", ns, m.plan.Gateway.Name)
+		fmt.Fprintf(w, "  %s delete vpngateway %s\n", m.kubectl(), m.plan.Gateway.Name)
 	}
 	if m.handedOver {
-		fmt.Fprintf(w, "  kubectl -n %s annotate ipsecgateway %s %s-\n", ns, m.legacy.Name, ipsecv1.AnnotationMigratedTo)
+		fmt.Fprintf(w, "  %s annotate ipsecgateway %s %s-\n", m.kubectl(), m.legacy.Name, ipsecv1.AnnotationMigratedTo)
 		fmt.Fprintln(w, "(in this order: the new gateway gives the endpoint up when deleted, then the legacy gateway takes it back)")
 	}
 	return err
+}
+
+// kubectl is the kubectl command line for the legacy object's namespace, with the
+// --kubeconfig and --context this run was given.
+func (m *migration) kubectl() string {
+	out := "kubectl"
+	if f := m.o.flags; f != nil {
+		if f.KubeConfig != nil && *f.KubeConfig != "" {
+			out += " --kubeconfig " + *f.KubeConfig
+		}
+		if f.Context != nil && *f.Context != "" {
+			out += " --context " + *f.Context
+		}
+	}
+	return out + " -n " + m.legacy.Namespace
 }
 
 func qualified(ref string) string {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -217,7 +218,25 @@ func TestMigrateIPsecGateway(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond) // a measurable outage
 	markUp(t, "mig", "acme", map[string]string{"hq": "Authorized", "branch": "Authorized"})
-	res := <-done
+	// no garbage collector runs here: the test removes the orphan finalizer the deletion asks for
+	var res result
+	for waiting := true; waiting; {
+		select {
+		case res = <-done:
+			waiting = false
+		case <-time.After(50 * time.Millisecond):
+			var g ipsecv1.IPsecGateway
+			if c.Get(ctx, client.ObjectKeyFromObject(legacy), &g) == nil && g.DeletionTimestamp != nil {
+				if !slices.Equal(g.Finalizers, []string{metav1.FinalizerOrphanDependents}) {
+					t.Errorf("finalizers %v: want the orphan one alone (PSK Secrets the IPsecGateway owns stay)", g.Finalizers)
+				}
+				g.Finalizers = nil
+				if err := c.Update(ctx, &g); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}
 	t.Logf("stdout:\n%s\nstderr:\n%s", res.out, res.stderr)
 	if res.err != nil {
 		t.Fatalf("%v\n%s\n%s", res.err, res.out, res.stderr)
@@ -260,9 +279,9 @@ func TestMigrateTimeoutAndResume(t *testing.T) {
 	for _, want := range []string{
 		"vpngateway.vpn.bnerd.net/acme\n", "vpnpeer.vpn.bnerd.net/hq\n",
 		"ipsecgateway.ipsec.bnerd.net/acme: released (annotated vpn.bnerd.net/migrated-to=acme), kept",
-		"kubectl -n mig-slow delete vpnpeer hq\n",
-		"kubectl -n mig-slow delete vpngateway acme\n",
-		"kubectl -n mig-slow annotate ipsecgateway acme vpn.bnerd.net/migrated-to-\n",
+		"kubectl --kubeconfig "+kubeconfig+" -n mig-slow delete vpnpeer hq\n",
+		"kubectl --kubeconfig "+kubeconfig+" -n mig-slow delete vpngateway acme\n",
+		"kubectl --kubeconfig "+kubeconfig+" -n mig-slow annotate ipsecgateway acme vpn.bnerd.net/migrated-to-\n",
 	} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("no %q in\n%s", want, stderr)
