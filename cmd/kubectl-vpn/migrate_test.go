@@ -279,9 +279,9 @@ func TestMigrateTimeoutAndResume(t *testing.T) {
 	for _, want := range []string{
 		"vpngateway.vpn.bnerd.net/acme\n", "vpnpeer.vpn.bnerd.net/hq\n",
 		"ipsecgateway.ipsec.bnerd.net/acme: released (annotated vpn.bnerd.net/migrated-to=acme), kept",
-		"kubectl --kubeconfig "+kubeconfig+" -n mig-slow delete vpnpeer hq\n",
-		"kubectl --kubeconfig "+kubeconfig+" -n mig-slow delete vpngateway acme\n",
-		"kubectl --kubeconfig "+kubeconfig+" -n mig-slow annotate ipsecgateway acme vpn.bnerd.net/migrated-to-\n",
+		"kubectl --kubeconfig " + kubeconfig + " -n mig-slow delete vpnpeer hq\n",
+		"kubectl --kubeconfig " + kubeconfig + " -n mig-slow delete vpngateway acme\n",
+		"kubectl --kubeconfig " + kubeconfig + " -n mig-slow annotate ipsecgateway acme vpn.bnerd.net/migrated-to-\n",
 	} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("no %q in\n%s", want, stderr)
