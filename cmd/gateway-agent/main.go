@@ -36,7 +36,9 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/status"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
 	"github.com/bnerd/bnerd-vpn-operator/internal/kube"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 	"github.com/bnerd/bnerd-vpn-operator/internal/version"
 )
@@ -153,12 +155,14 @@ func enableForwarding() error {
 
 type runOptions struct {
 	gateway, namespace, configMap string
-	configDir, secretsDir         string
-	metricsAddr                   string
-	statusInterval                time.Duration
-	verifyInterval                time.Duration
-	render                        render.Options
-	drivers                       driverOptions
+	// kind of the gateway's custom resource: "" (VPNGateway) or IPsecGateway.
+	kind                  string
+	configDir, secretsDir string
+	metricsAddr           string
+	statusInterval        time.Duration
+	verifyInterval        time.Duration
+	render                render.Options
+	drivers               driverOptions
 }
 
 // wireguardDeviceCommand runs the gateway pod's wireguard container: the userspace device in
@@ -194,6 +198,7 @@ func runCommand() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.gateway, "gateway", "", "the VPNGateway's name")
+	f.StringVar(&o.kind, "gateway-kind", "", "the gateway's kind when it is not a VPNGateway: IPsecGateway (legacy; its tunnels are reported to its status, not to VPNPeers)")
 	f.StringVar(&o.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the gateway's namespace")
 	f.StringVar(&o.configMap, "config-map", "", "the gateway's ConfigMap (default <gateway>-gateway-config)")
 	f.StringVar(&o.configDir, "config-dir", "", "read the configuration from this directory instead of the API (lab, tests)")
@@ -210,8 +215,15 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	if o.configDir == "" && (o.gateway == "" || o.namespace == "") {
 		return errors.New("--gateway and --namespace are required (or --config-dir)")
 	}
+	switch o.kind {
+	case "", "VPNGateway":
+		o.kind = ""
+	case model.KindIPsecGateway:
+	default:
+		return fmt.Errorf("--gateway-kind %q: must be VPNGateway or %s", o.kind, model.KindIPsecGateway)
+	}
 	if o.configMap == "" {
-		o.configMap = o.gateway + "-gateway-config"
+		o.configMap = children.ConfigMapNameFor(o.kind, o.gateway)
 	}
 	updates := make(chan agent.Update)
 	var reporter agent.Reporter
@@ -245,6 +257,7 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 				return err
 			}
 			events = status.NewEvents(cs)
+			events.Kind = o.kind
 			defer events.Stop()
 			if o.configDir == "" {
 				api := &source.API{Client: cs, Namespace: o.namespace, ConfigMap: o.configMap, Log: log.WithName("api"), Render: o.render, Rejected: reject}

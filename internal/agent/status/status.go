@@ -1,5 +1,6 @@
 // Package status writes each VPNPeer's tunnel state (the Connected condition and the tunnel
-// counters) with the agent's own server-side-apply field manager, so the operator's Authorized
+// counters) — or, for a legacy IPsecGateway, its status.tunnels[] and tunnelsUp — with the
+// agent's own server-side-apply field manager, so the operator's Authorized
 // condition is never touched. Writes happen when a state changes, and otherwise at most once
 // per MinInterval per peer, so counters do not turn into a stream of API writes.
 package status
@@ -16,6 +17,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	"github.com/bnerd/bnerd-vpn-operator/internal/kube"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 )
 
@@ -31,6 +33,8 @@ type Writer struct {
 
 	mu      sync.Mutex
 	written map[string]written
+	// legacy: what was last written to a legacy IPsecGateway's status.
+	legacy *legacyWritten
 }
 
 type written struct {
@@ -51,6 +55,10 @@ func (w *Writer) Report(ctx context.Context, b *render.Bundle, snap agent.Snapsh
 	minInterval := w.MinInterval
 	if minInterval == 0 {
 		minInterval = 15 * time.Second
+	}
+	if b.Model.Kind == model.KindIPsecGateway {
+		// A legacy gateway's peers are its tunnels: no VPNPeer objects to write.
+		return w.reportLegacy(ctx, b, snap, minInterval)
 	}
 	var errs []error
 	for _, p := range b.Model.Peers {

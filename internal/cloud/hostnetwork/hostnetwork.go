@@ -175,11 +175,35 @@ func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Erro
 		}
 		return ""
 	}
-	// Our own age: from the list, or the youngest possible if the reader has not seen us yet.
-	self := struct {
+	// Age order: creation time, then namespace/name, then kind — a legacy gateway before a
+	// VPNGateway of the same name created in the same second (the one being migrated keeps
+	// its node until it is released).
+	type age struct {
 		created time.Time
 		key     string
-	}{time.Now().Add(time.Hour), req.Namespace + "/" + req.Name}
+		rank    int
+	}
+	ageOf := func(gw *vpnv1.VPNGateway) age {
+		a := age{gw.CreationTimestamp.Time, gw.Namespace + "/" + gw.Name, 1}
+		if legacyKeys[gw.UID] {
+			a.rank = 0
+		}
+		return a
+	}
+	before := func(a, b age) bool {
+		switch {
+		case !a.created.Equal(b.created):
+			return a.created.Before(b.created)
+		case a.key != b.key:
+			return a.key < b.key
+		}
+		return a.rank < b.rank
+	}
+	// Our own age: from the list, or the youngest possible if the reader has not seen us yet.
+	self := age{time.Now().Add(time.Hour), req.Namespace + "/" + req.Name, 1}
+	if req.Kind == model.KindIPsecGateway {
+		self.rank = 0
+	}
 	for i := range list.Items {
 		if list.Items[i].UID == req.UID {
 			self.created = list.Items[i].CreationTimestamp.Time
@@ -192,14 +216,10 @@ func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Erro
 		if gw.UID == req.UID || hn == nil || hn.NodeName != req.Endpoint.NodeName {
 			continue
 		}
-		key := gw.Namespace + "/" + gw.Name
-		older := gw.CreationTimestamp.Time.Before(self.created) ||
-			(gw.CreationTimestamp.Time.Equal(self.created) && key < self.key)
-		if !older {
+		if !before(ageOf(gw), self) {
 			continue
 		}
-		if winner == nil || gw.CreationTimestamp.Time.Before(winner.CreationTimestamp.Time) ||
-			(gw.CreationTimestamp.Time.Equal(winner.CreationTimestamp.Time) && key < winner.Namespace+"/"+winner.Name) {
+		if winner == nil || before(ageOf(gw), ageOf(winner)) {
 			winner = gw
 		}
 	}
