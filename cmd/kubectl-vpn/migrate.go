@@ -369,10 +369,10 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 			m.legacy.Name, m.kubectl(), m.legacy.Name)
 		return nil
 	}
-	// Orphan: the operator deleted its children at the handover; whatever else names it as
-	// owner (a tunnel's PSK Secret, which the new peers use) must stay.
+	// as kubectl deletes it: what the operator rendered for it and did not delete at the
+	// handover (a NetworkAttachmentDefinition) goes with it
 	uid := m.legacy.UID
-	if err := m.c.Delete(ctx, m.legacy, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationOrphan)); err != nil && !apierrors.IsNotFound(err) {
+	if err := m.c.Delete(ctx, m.legacy, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("the migration is complete, but deleting the released IPsecGateway %s failed: %w (delete it with: %s delete ipsecgateway %s)",
 			m.legacy.Name, err, m.kubectl(), m.legacy.Name)
 	}
