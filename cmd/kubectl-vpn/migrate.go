@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
@@ -28,8 +29,8 @@ import (
 const (
 	// migrateFieldManager owns the fields of the objects kubectl vpn migrate applies.
 	migrateFieldManager = "kubectl-vpn-migrate"
-	// annotationHandover on the new VPNGateway is when the endpoint was handed over to it;
-	// writing it makes the operator look at the gateway at once (address, service CIDR).
+	// annotationHandover on the new VPNGateway is when kubectl vpn migrate saw the legacy
+	// gateway released; writing it makes the operator look at the gateway at once.
 	annotationHandover = "vpn.bnerd.net/handover-at"
 	// migratePoll is how often --apply reads the new objects while it waits: the outage it
 	// prints is measured to this precision.
@@ -314,13 +315,6 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 		m.handedOver = true
 		fmt.Fprintf(out, "ipsecgateway.ipsec.bnerd.net/%s annotated %s=%s: the endpoint is handed over (%s)\n",
 			m.legacy.Name, ipsecv1.AnnotationMigratedTo, target, handover.UTC().Format(time.RFC3339))
-		// the operator looks at the new gateway at once rather than at its next retry
-		gw := &vpnv1.VPNGateway{}
-		gw.Namespace, gw.Name = m.plan.Gateway.Namespace, target
-		stamp := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotationHandover, handover.UTC().Format(time.RFC3339Nano))
-		if err := m.c.Patch(ctx, gw, client.RawPatch("application/merge-patch+json", []byte(stamp))); err != nil {
-			warnf(m.o, "annotating VPNGateway %s %s: %v (the operator picks the gateway up at its next retry)", target, annotationHandover, err)
-		}
 	}
 
 	start := handover
@@ -329,7 +323,11 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 	}
 	deadline := start.Add(m.timeout)
 	var st *migrationState
+	stamped := false
 	for {
+		if !stamped {
+			stamped = m.stampOnceReleased(ctx, start)
+		}
 		var err error
 		st, err = m.observe(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -393,6 +391,39 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 		case <-time.After(migratePoll):
 		}
 	}
+}
+
+// reasonMigrated is the legacy gateway's Ready reason once the operator has released it (its
+// pod deleted, its service CIDR given up): internal/controller's ReasonMigrated, which the
+// plugin does not link.
+const reasonMigrated = "Migrated"
+
+// stampOnceReleased stamps the new VPNGateway with annotationHandover once the operator has
+// released the IPsecGateway (or it is gone), and says whether it did. The change makes the
+// operator look at the gateway at once: a gateway that found the service CIDR or the node
+// still held by the legacy one would otherwise wait for its next retry.
+func (m *migration) stampOnceReleased(ctx context.Context, since time.Time) bool {
+	cur := &ipsecv1.IPsecGateway{}
+	err := m.c.Get(ctx, client.ObjectKeyFromObject(m.legacy), cur)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return false
+	default:
+		c := meta.FindStatusCondition(cur.Status.Conditions, vpnv1.ConditionReady)
+		if c == nil || c.Reason != reasonMigrated {
+			return false
+		}
+	}
+	now := m.o.now()
+	fmt.Fprintf(m.o.streams.Out, "ipsecgateway.ipsec.bnerd.net/%s released by the operator (%.1fs after the handover)\n", m.legacy.Name, now.Sub(since).Seconds())
+	gw := &vpnv1.VPNGateway{}
+	gw.Namespace, gw.Name = m.plan.Gateway.Namespace, m.plan.Gateway.Name
+	stamp := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotationHandover, now.UTC().Format(time.RFC3339Nano))
+	if err := m.c.Patch(ctx, gw, client.RawPatch(types.MergePatchType, []byte(stamp))); err != nil {
+		warnf(m.o, "annotating VPNGateway %s %s: %v (the operator picks the gateway up at its next retry)", gw.Name, annotationHandover, err)
+	}
+	return true
 }
 
 // handOver annotates the IPsecGateway as it is now, provided it still plans to the objects
