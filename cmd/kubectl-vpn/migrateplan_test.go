@@ -1,15 +1,23 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
+	"github.com/bnerd/bnerd-vpn-operator/internal/legacy"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 )
 
 // legacyGateway is an IPsecGateway as the API server returns it once the operator has
@@ -276,4 +284,85 @@ func TestMigratedToAnnotation(t *testing.T) {
 	if ipsecv1.AnnotationMigratedTo != "vpn.bnerd.net/migrated-to" {
 		t.Errorf("AnnotationMigratedTo is %q: docs/kubectl-vpn.md and docs/migration.md name vpn.bnerd.net/migrated-to", ipsecv1.AnnotationMigratedTo)
 	}
+}
+
+// What the client sees of the migrated objects is what it saw of the legacy gateway: built and
+// rendered as the operator does (the legacy object through its translation, with what the
+// operator assigned it; the new objects with what is pinned in their spec), the strongSwan
+// configuration is the same byte for byte, and so are the peers' decisions.
+func TestMigratedRendersLikeTheLegacy(t *testing.T) {
+	for _, tunnels := range [][]string{{"hq"}, {"hq", "branch"}} {
+		g := legacyGateway(tunnels...)
+		g.Spec.Exposures[0].Target = vpnv1.ExposureTarget{Address: "10.0.0.8", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}
+		g.CreationTimestamp = metav1.NewTime(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+		p, err := planMigration(g, migrateNames{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		build := func(kind string, gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, serviceCIDR, public string) (*model.Gateway, map[string]string) {
+			t.Helper()
+			m, errs := model.Build(model.Input{Gateway: gw, Kind: kind, Peers: peers,
+				Config:      model.Config{PoolCIDR: model.DefaultPoolCIDR, InternalSourceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}},
+				ServiceCIDR: netip.MustParsePrefix(serviceCIDR), PublicAddress: public})
+			if len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			b, err := render.Render(m, render.Options{UserspaceDataplane: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			text, err := b.Text()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m, text
+		}
+		lgw, lpeers := legacy.Translate(g)
+		lm, ltext := build(model.KindIPsecGateway, lgw, lpeers, g.Status.ServiceCIDR, g.Status.PublicAddress)
+
+		// as the API server stores them: new UIDs, created in apply order within one second
+		ugw := p.Gateway.DeepCopy()
+		ugw.UID, ugw.Generation, ugw.CreationTimestamp = "new-gw", 1, metav1.NewTime(time.Date(2026, 12, 1, 18, 0, 0, 0, time.UTC))
+		var upeers []vpnv1.VPNPeer
+		for i, peer := range p.Peers {
+			peer.UID, peer.Generation, peer.CreationTimestamp = types.UID(fmt.Sprintf("new-peer-%d", i)), 1, ugw.CreationTimestamp
+			upeers = append(upeers, peer)
+		}
+		um, utext := build("", ugw, upeers, ugw.Spec.ServiceCIDR, ugw.Spec.Endpoint.FloatingIP)
+
+		if ltext[render.KeySwanctlConf] != utext[render.KeySwanctlConf] {
+			t.Errorf("%v: swanctl.conf differs:\n%s", tunnels, golden.Diff(ltext[render.KeySwanctlConf], utext[render.KeySwanctlConf]))
+		}
+		if ltext[render.KeyRuleset] != utext[render.KeyRuleset] {
+			t.Errorf("%v: ruleset differs:\n%s", tunnels, golden.Diff(ltext[render.KeyRuleset], utext[render.KeyRuleset]))
+		}
+		// the peers' decisions and parameters; their object identity (uid, generation) is new
+		lj, uj := withoutIdentity(t, lm.Peers), withoutIdentity(t, um.Peers)
+		if lj != uj {
+			t.Errorf("%v: peers differ:\nlegacy   %s\nmigrated %s", tunnels, lj, uj)
+		}
+		lx, _ := json.Marshal([]any{lm.Exposures, lm.ReverseExposures})
+		ux, _ := json.Marshal([]any{um.Exposures, um.ReverseExposures})
+		if string(lx) != string(ux) {
+			t.Errorf("%v: exposures differ:\nlegacy   %s\nmigrated %s", tunnels, lx, ux)
+		}
+	}
+}
+
+func withoutIdentity(t *testing.T, peers []model.Peer) string {
+	t.Helper()
+	b, err := json.Marshal(peers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps []map[string]any
+	if err := json.Unmarshal(b, &ps); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		delete(p, "uid")
+		delete(p, "generation")
+	}
+	b, _ = json.Marshal(ps)
+	return string(b)
 }
