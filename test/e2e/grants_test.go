@@ -27,8 +27,8 @@ import (
 
 // Two peers with different grants on one gateway, with real packets: the granted peer reaches
 // the exposure over TCP and UDP; the other's packets are dropped and its drop counter rises;
-// the reverse exposure into the second peer works from internalSourceCIDRs and from nowhere
-// else; and no secret shows up anywhere an engineer or a scraper can look.
+// the reverse exposure into the second peer works from the gateway's tenant (a pod of its
+// namespace, inside internalSourceCIDRs) and from nowhere else; and no secret shows up anywhere an engineer or a scraper can look.
 func TestTwoPeersDifferentGrants(t *testing.T) {
 	ctx := context.Background()
 	run := netns.NewRun(t, "bgr")
@@ -43,6 +43,7 @@ func TestTwoPeersDifferentGrants(t *testing.T) {
 	// The cluster side: inside internalSourceCIDRs (198.51.100.128/25), plus an outsider address.
 	gw.MustRun("ip", "addr", "add", "198.51.100.129/25", "dev", "eth0")
 	lan.MustRun("ip", "addr", "add", "198.51.100.130/25", "dev", "eth0")
+	lan.MustRun("ip", "addr", "add", "198.51.100.131/25", "dev", "eth0") // another tenant's pod
 	lan.MustRun("ip", "addr", "add", "192.0.2.10/24", "dev", "eth0")
 	gw.Sysctl("net.ipv4.ip_forward", "1")
 	lan.Start("socat", "TCP-LISTEN:8080,reuseaddr,fork", "SYSTEM:echo web-ok")
@@ -72,6 +73,9 @@ func TestTwoPeersDifferentGrants(t *testing.T) {
 			WireGuard: &vpnv1.WireGuardPeer{PublicKey: keyB.PublicKey().String(), Subnets: []string{"203.0.113.16/28"}},
 		}},
 	}
+	// the gateway's tenant: a pod at 198.51.100.130 (198.51.100.131 is inside internalSourceCIDRs
+	// too, but no pod of this namespace)
+	tenantPod(t, ns, "lan-client", "198.51.100.130")
 	gateway := createRendered(t, ns, objs, func(gw *vpnv1.VPNGateway) error {
 		if gw.Status.AuthorizedPeers != 2 {
 			return fmt.Errorf("status %+v", gw.Status)
@@ -137,6 +141,9 @@ func TestTwoPeersDifferentGrants(t *testing.T) {
 	})
 	if out, err := request(lan, "TCP:198.51.100.129:"+port+",bind=192.0.2.10,connect-timeout=1"); err == nil {
 		t.Fatalf("the reverse exposure answered a source outside internalSourceCIDRs: %q", out)
+	}
+	if out, err := request(lan, "TCP:198.51.100.129:"+port+",bind=198.51.100.131,connect-timeout=1"); err == nil {
+		t.Fatalf("the reverse exposure answered another tenant's pod: %q", out)
 	}
 
 	// No secret anywhere: agent log, ConfigMaps, events, VPN objects, metrics.
