@@ -26,6 +26,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/status"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/loadbalancer"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
@@ -531,5 +532,56 @@ func TestLegacyAgentWritesTunnels(t *testing.T) {
 	err = kube.ApplyStatus(ctx, c, ipsecv1.GroupVersion.WithKind("IPsecGateway"), ns, "other", status.FieldOwner, &ipsecv1.IPsecGatewayStatus{TunnelsUp: "9/9"})
 	if !apierrors.IsForbidden(err) {
 		t.Errorf("the agent wrote another IPsecGateway's status: %v", err)
+	}
+}
+
+// A legacy LoadBalancer gateway's Service is its own (named so no VPNGateway's is, owned by
+// the IPsecGateway), and releasing the gateway leaves it alone: the endpoint is never touched.
+func TestLegacyLoadBalancerEndpointKeptOnRelease(t *testing.T) {
+	startOperator(t, operatorConfig(), nil)
+	ctx := context.Background()
+	ns := namespace(t)
+	deleteLegacy(t, ns)
+	g := legacyGateway(ns, "lb", "")
+	g.Spec.Endpoint = vpnv1.Endpoint{LoadBalancer: &vpnv1.LoadBalancerEndpoint{}}
+	create(t, pskSecret(ns, "hq"), pskSecret(ns, "branch"), g)
+	legacyCondition(t, g, vpnv1.ConditionEndpointReady, metav1.ConditionFalse, cloud.ReasonProvisioning)
+	svc := &corev1.Service{}
+	name := loadbalancer.ServiceNameFor(model.KindIPsecGateway, "lb")
+	if name == loadbalancer.ServiceName("lb") {
+		t.Fatalf("the legacy LoadBalancer Service takes the VPNGateway's name %s", name)
+	}
+	eventually(t, 20*time.Second, func() error {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, svc)
+	})
+	ownedByUID(t, svc, "IPsecGateway", g.UID)
+	if svc.Spec.Selector[children.LabelIPsecGateway] != "lb" || svc.Spec.Selector[children.LabelGateway] != "" {
+		t.Errorf("the Service selects %v", svc.Spec.Selector)
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.51"}}
+	if err := env.Client.Status().Update(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	legacyCondition(t, g, vpnv1.ConditionEndpointReady, metav1.ConditionTrue, cloud.ReasonReady)
+	if g.Status.PublicAddress != "203.0.113.51" {
+		t.Errorf("public address %q", g.Status.PublicAddress)
+	}
+
+	patch := client.MergeFrom(g.DeepCopy())
+	g.Annotations = map[string]string{ipsecv1.AnnotationMigratedTo: "lb"}
+	if err := env.Client.Patch(ctx, g, patch); err != nil {
+		t.Fatal(err)
+	}
+	legacyCondition(t, g, vpnv1.ConditionReady, metav1.ConditionFalse, controller.ReasonMigrated)
+	eventually(t, 20*time.Second, func() error {
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: children.NameFor(model.KindIPsecGateway, "lb")}, &appsv1.Deployment{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("Deployment still there (%v)", err)
+		}
+		return nil
+	})
+	kept := &corev1.Service{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kept); err != nil || kept.UID != svc.UID || !kept.DeletionTimestamp.IsZero() {
+		t.Errorf("the released gateway's LoadBalancer Service: %v (uid %s, was %s)", err, kept.UID, svc.UID)
 	}
 }
