@@ -98,6 +98,7 @@ func (r *IPsecGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err := r.Gateways.Client.Get(ctx, req.NamespacedName, g); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Gateways.alloc.release(model.KindIPsecGateway, req.Namespace, req.Name)
+			forgetLegacyGateway(req.Namespace, req.Name)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -140,6 +141,7 @@ func (r *IPsecGatewayReconciler) finalize(ctx context.Context, g *ipsecv1.IPsecG
 		return fmt.Errorf("deleting the public endpoint: %w", err)
 	}
 	r.Gateways.alloc.release(model.KindIPsecGateway, g.Namespace, g.Name)
+	forgetLegacyGateway(g.Namespace, g.Name)
 	patch := client.MergeFrom(g.DeepCopy())
 	controllerutil.RemoveFinalizer(g, FinalizerAddresses)
 	if err := r.Gateways.Client.Patch(ctx, g, patch); err != nil {
@@ -160,6 +162,7 @@ func (r *IPsecGatewayReconciler) release(ctx context.Context, g *ipsecv1.IPsecGa
 		return err
 	}
 	r.Gateways.alloc.release(model.KindIPsecGateway, g.Namespace, g.Name)
+	forgetLegacyGateway(g.Namespace, g.Name) // not serving, and not meant to: no alert
 	if controllerutil.ContainsFinalizer(g, FinalizerAddresses) {
 		patch := client.MergeFrom(g.DeepCopy())
 		controllerutil.RemoveFinalizer(g, FinalizerAddresses)
@@ -238,6 +241,7 @@ func (r *GatewayReconciler) writeLegacyStatus(ctx context.Context, s *gatewaySco
 		ReverseExposures:   unified.ReverseExposures,
 		Conditions:         unified.Conditions,
 	}
+	observeLegacyGateway(s.legacy.Namespace, s.legacy.Name, desired.Conditions)
 	if equality.Semantic.DeepEqual(desired, operatorLegacyStatus(s.legacy.Status)) {
 		return nil
 	}

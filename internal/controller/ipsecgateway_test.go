@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -567,6 +568,25 @@ func TestLegacyLoadBalancerEndpointKeptOnRelease(t *testing.T) {
 		t.Errorf("public address %q", g.Status.PublicAddress)
 	}
 
+	// Its readiness is exported for alerting, in a series of its own kind.
+	eventually(t, 20*time.Second, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(g.Status.Conditions, vpnv1.ConditionReady)
+		if c == nil {
+			return fmt.Errorf("no Ready condition")
+		}
+		got := readySeries(t, "bnerd_vpn_ipsecgateway_ready", ns, "lb")
+		if len(got) != 1 || got[c.Reason] != 0 {
+			return fmt.Errorf("series %v, want exactly {%s: 0}", got, c.Reason)
+		}
+		return nil
+	})
+	if got := readySeries(t, "bnerd_vpn_gateway_ready", ns, "lb"); len(got) != 0 {
+		t.Errorf("a legacy gateway in the VPNGateways' series: %v", got)
+	}
+
 	patch := client.MergeFrom(g.DeepCopy())
 	g.Annotations = map[string]string{ipsecv1.AnnotationMigratedTo: "lb"}
 	if err := env.Client.Patch(ctx, g, patch); err != nil {
@@ -580,8 +600,36 @@ func TestLegacyLoadBalancerEndpointKeptOnRelease(t *testing.T) {
 		}
 		return nil
 	})
+	if got := readySeries(t, "bnerd_vpn_ipsecgateway_ready", ns, "lb"); len(got) != 0 {
+		t.Errorf("a released gateway still has series %v (it would alert)", got)
+	}
 	kept := &corev1.Service{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kept); err != nil || kept.UID != svc.UID || !kept.DeletionTimestamp.IsZero() {
 		t.Errorf("the released gateway's LoadBalancer Service: %v (uid %s, was %s)", err, kept.UID, svc.UID)
 	}
+}
+
+// readySeries reads a gateway readiness metric for one gateway: reason -> value.
+func readySeries(t *testing.T, metric, ns, name string) map[string]float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != metric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["namespace"] == ns && l["gateway"] == name {
+				out[l["reason"]] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
 }

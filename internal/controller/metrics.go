@@ -16,16 +16,43 @@ var gatewayReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Help: "1 when the VPNGateway's Ready condition is True, else 0; reason is the condition's reason.",
 }, []string{"namespace", "gateway", "reason"})
 
+// legacyGatewayReady is gatewayReady for legacy IPsecGateways (a series of their own: a
+// VPNGateway and an IPsecGateway may share a name). A released (migrated) gateway has none.
+var legacyGatewayReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "bnerd_vpn_ipsecgateway_ready",
+	Help: "1 when the legacy IPsecGateway's Ready condition is True, else 0; reason is the condition's reason.",
+}, []string{"namespace", "gateway", "reason"})
+
 // RegisterMetrics adds the operator's own metrics to reg (controller-runtime's registry, served
 // on --metrics-bind-address). Registering them again is harmless.
 func RegisterMetrics(reg prometheus.Registerer) error {
-	if err := reg.Register(gatewayReady); err != nil {
-		var already prometheus.AlreadyRegisteredError
-		if !errors.As(err, &already) {
-			return err
+	for _, c := range []prometheus.Collector{gatewayReady, legacyGatewayReady} {
+		if err := reg.Register(c); err != nil {
+			var already prometheus.AlreadyRegisteredError
+			if !errors.As(err, &already) {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// observeLegacyGateway records a legacy gateway's Ready condition as computed for this pass.
+func observeLegacyGateway(namespace, name string, conds []metav1.Condition) {
+	ready, reason := 0.0, "Unknown"
+	if c := findCondition(conds, vpnv1.ConditionReady); c != nil {
+		reason = c.Reason
+		if c.Status == metav1.ConditionTrue {
+			ready = 1
+		}
+	}
+	forgetLegacyGateway(namespace, name)
+	legacyGatewayReady.WithLabelValues(namespace, name, reason).Set(ready)
+}
+
+// forgetLegacyGateway drops a deleted or released legacy gateway's series.
+func forgetLegacyGateway(namespace, name string) {
+	legacyGatewayReady.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "gateway": name})
 }
 
 // observeGateway records the gateway's Ready condition as computed for this pass.
