@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -427,8 +428,9 @@ func (m *migration) stampOnceReleased(ctx context.Context, since time.Time) bool
 }
 
 // handOver annotates the IPsecGateway as it is now, provided it still plans to the objects
-// applied (its status changes all the time: the agent writes its tunnels' counters), and
-// returns when.
+// applied, and returns when. The patch is a JSON patch that tests the object's UID and
+// generation first: its status changes all the time (the agent writes its tunnels' counters),
+// so a resourceVersion lock would lose the race; a spec change since the check fails it.
 func (m *migration) handOver(ctx context.Context) (time.Time, error) {
 	target := m.plan.Gateway.Name
 	for attempt := 0; ; attempt++ {
@@ -440,20 +442,28 @@ func (m *migration) handOver(ctx context.Context) (time.Time, error) {
 		if err != nil {
 			return time.Time{}, fmt.Errorf("the IPsecGateway changed since it was read: %w", err)
 		}
-		if !samePlan(again, m.plan) {
+		if cur.UID != m.legacy.UID || !samePlan(again, m.plan) {
 			return time.Time{}, errors.New("the IPsecGateway changed since it was read: it no longer translates to the objects applied")
 		}
-		before := cur.DeepCopy()
+		ops := []map[string]any{
+			{"op": "test", "path": "/metadata/uid", "value": cur.UID},
+			{"op": "test", "path": "/metadata/generation", "value": cur.Generation},
+		}
 		if cur.Annotations == nil {
-			cur.Annotations = map[string]string{}
+			ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations", "value": map[string]string{ipsecv1.AnnotationMigratedTo: target}})
+		} else {
+			key := strings.NewReplacer("~", "~0", "/", "~1").Replace(ipsecv1.AnnotationMigratedTo)
+			ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations/" + key, "value": target})
 		}
-		cur.Annotations[ipsecv1.AnnotationMigratedTo] = target
-		at := m.o.now()
-		err = m.c.Patch(ctx, cur, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-		if apierrors.IsConflict(err) && attempt < 10 {
-			continue
-		}
+		patch, err := json.Marshal(ops)
 		if err != nil {
+			return time.Time{}, err
+		}
+		at := m.o.now()
+		if err := m.c.Patch(ctx, cur, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+			if attempt < 3 && (apierrors.IsInvalid(err) || apierrors.IsConflict(err)) {
+				continue // changed in between: read and check again
+			}
 			return time.Time{}, err
 		}
 		m.legacy = cur

@@ -202,7 +202,11 @@ func TestMigrateIPsecGateway(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the IPsecGateway was never handed over")
 		}
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case res := <-done:
+			t.Fatalf("the command ended before the handover: %v\n%s\n%s", res.err, res.out, res.stderr)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	// the objects were applied before the handover
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "mig", Name: "acme"}, &gw); err != nil {
