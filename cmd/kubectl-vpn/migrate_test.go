@@ -165,6 +165,7 @@ func TestMigrateIPsecGateway(t *testing.T) {
 	// the agent keeps writing the tunnels' counters meanwhile: the handover must not trip on it
 	stopChurn := make(chan struct{})
 	churned := make(chan int)
+	legacyKey := client.ObjectKeyFromObject(legacy) // (read once: the test goroutine rewrites legacy)
 	go func() {
 		n := 0
 		defer func() { churned <- n }()
@@ -175,7 +176,7 @@ func TestMigrateIPsecGateway(t *testing.T) {
 			default:
 			}
 			var g ipsecv1.IPsecGateway
-			if err := c.Get(ctx, client.ObjectKeyFromObject(legacy), &g); err != nil {
+			if err := c.Get(ctx, legacyKey, &g); err != nil {
 				return
 			}
 			g.Status.Tunnels[0].BytesIn++
