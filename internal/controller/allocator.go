@@ -100,13 +100,24 @@ func (a *allocator) serviceCIDRFor(kind string, gw *vpnv1.VPNGateway) (netip.Pre
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	owner := ownerKey(kind, gw.Namespace, gw.Name)
+	key := waiter{kind, types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}}
+	// A gateway whose CIDR another holds waits for a release as an exhausted one does (a
+	// migration: the new gateway claims the CIDR its released legacy gateway gives up).
+	claim := func(p netip.Prefix) (netip.Prefix, error) {
+		err := a.pool.Claim(owner, p)
+		if _, conflict := errors.AsType[*ipam.ConflictError](err); conflict {
+			a.waiting[key] = struct{}{}
+		} else {
+			delete(a.waiting, key)
+		}
+		return p, err
+	}
 	if cur, err := netip.ParsePrefix(gw.Status.ServiceCIDR); err == nil {
-		return cur, a.pool.Claim(owner, cur)
+		return claim(cur)
 	}
 	if req, err := netip.ParsePrefix(gw.Spec.ServiceCIDR); err == nil {
-		return req, a.pool.Claim(owner, req)
+		return claim(req)
 	}
-	key := waiter{kind, types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}}
 	cidr, err := a.pool.Allocate(owner)
 	if errors.Is(err, ipam.ErrExhausted) {
 		a.waiting[key] = struct{}{}

@@ -587,6 +587,14 @@ func TestLegacyLoadBalancerEndpointKeptOnRelease(t *testing.T) {
 		t.Errorf("a legacy gateway in the VPNGateways' series: %v", got)
 	}
 
+	// The new gateway asks for the legacy one's service CIDR: held until the release.
+	u := ipsecGateway(ns, "lb")
+	u.Spec.Endpoint.HostNetwork.NodeName = "node-" + ns // none: rechecked only every minute
+	u.Spec.ServiceCIDR = g.Status.ServiceCIDR
+	u.Spec.ReverseExposures = nil
+	create(t, u)
+	waitCondition(t, u, vpnv1.ConditionAddressesAllocated, metav1.ConditionFalse, controller.ReasonServiceCIDRConflict)
+
 	patch := client.MergeFrom(g.DeepCopy())
 	g.Annotations = map[string]string{ipsecv1.AnnotationMigratedTo: "lb"}
 	if err := env.Client.Patch(ctx, g, patch); err != nil {
@@ -600,6 +608,8 @@ func TestLegacyLoadBalancerEndpointKeptOnRelease(t *testing.T) {
 		}
 		return nil
 	})
+	// The release wakes the gateway waiting for the CIDR (no other event would).
+	waitCondition(t, u, vpnv1.ConditionAddressesAllocated, metav1.ConditionTrue, controller.ReasonAllocated)
 	if got := readySeries(t, "bnerd_vpn_ipsecgateway_ready", ns, "lb"); len(got) != 0 {
 		t.Errorf("a released gateway still has series %v (it would alert)", got)
 	}
