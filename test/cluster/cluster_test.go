@@ -91,6 +91,7 @@ func TestCluster(t *testing.T) {
 		{"8b faults", testFaults},
 		{"9 host-network gateway deleted", test9GatewayDeleted},
 		{"10 status", test10Status},
+		{"11 legacy IPsecGateway migrated", test11LegacyMigrated},
 	}
 	for _, s := range steps {
 		t.Run(s.name, s.f)

@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 )
 
@@ -83,6 +84,9 @@ func newLab() (*lab, error) {
 		return nil, err
 	}
 	if err := vpnv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := ipsecv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	if l.c, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
