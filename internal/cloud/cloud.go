@@ -309,6 +309,24 @@ func (c *Chooser) Delete(ctx context.Context, req Request) error {
 
 // DeleteAll calls Delete on every configured provider, for a gateway being finalized whose
 // endpoint kind may have changed during its life. It stops at the first error.
+// HandOver releases a migrated gateway's cloud endpoint to its successor without giving up
+// the address: an OpenStack floating IP is disassociated and untagged, never released (see
+// HandOverer). Other endpoints need nothing: a host address or a LoadBalancer Service stays.
+func (c *Chooser) HandOver(ctx context.Context, req Request) error {
+	switch req.Endpoint.Kind {
+	case model.EndpointFloatingIP, model.EndpointFloatingIPPool:
+		if h, ok := c.openstack.(HandOverer); ok {
+			return h.HandOver(ctx, req)
+		}
+	}
+	return nil
+}
+
+// HandOverer is a Provider whose endpoint can be handed to another gateway.
+type HandOverer interface {
+	HandOver(ctx context.Context, req Request) error
+}
+
 func (c *Chooser) DeleteAll(ctx context.Context, req Request) error {
 	for _, p := range []Provider{c.openstack, c.loadBalancer, c.hostNetwork} {
 		if p == nil {

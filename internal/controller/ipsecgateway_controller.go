@@ -154,9 +154,10 @@ func (r *IPsecGatewayReconciler) finalize(ctx context.Context, g *ipsecv1.IPsecG
 // release hands a migrated gateway over (ipsecv1.AnnotationMigratedTo): its pod and the other
 // children rendered for it go, so the new gateway can take the node's tunnel ports and the
 // reverse-exposure Services' names; its service CIDR leaves the pool's books (the new
-// gateway claims the same one); its public endpoint is never touched — no floating IP,
-// LoadBalancer Service or host address is released, on release or on delete; and its
-// finalizer goes, so deleting it releases nothing.
+// gateway claims the same one); its public endpoint is never released — a floating IP is
+// handed over (its port and security group deleted, the address disassociated and untagged for
+// the new gateway, pinned to it, to adopt), a LoadBalancer Service or host address stays; and
+// its finalizer goes, so deleting it releases nothing.
 func (r *IPsecGatewayReconciler) release(ctx context.Context, g *ipsecv1.IPsecGateway) error {
 	if err := r.deleteChildren(ctx, g); err != nil {
 		return err
@@ -164,6 +165,12 @@ func (r *IPsecGatewayReconciler) release(ctx context.Context, g *ipsecv1.IPsecGa
 	r.Gateways.alloc.release(model.KindIPsecGateway, g.Namespace, g.Name)
 	forgetLegacyGateway(g.Namespace, g.Name) // not serving, and not meant to: no alert
 	if controllerutil.ContainsFinalizer(g, FinalizerAddresses) {
+		// A floating IP goes to the new gateway (pinned to it): this gateway's port and
+		// security group go, the address is disassociated and untagged, never released.
+		gw, _ := legacy.Translate(g)
+		if err := r.Gateways.Endpoints.HandOver(ctx, endpointRequest(model.KindIPsecGateway, gw, nil)); err != nil {
+			return fmt.Errorf("handing the floating IP over: %w", err)
+		}
 		patch := client.MergeFrom(g.DeepCopy())
 		controllerutil.RemoveFinalizer(g, FinalizerAddresses)
 		if err := r.Gateways.Client.Patch(ctx, g, patch); client.IgnoreNotFound(err) != nil {

@@ -387,10 +387,17 @@ func TestLegacyHostNetworkNodeAndMigration(t *testing.T) {
 	waitCondition(t, u, vpnv1.ConditionEndpointReady, metav1.ConditionTrue, cloud.ReasonReady)
 }
 
-// A legacy gateway pinned to a floating IP, released by the migration's annotation and then
-// deleted: the floating IP is never released or disassociated, and nothing of the endpoint
-// is deleted (its port keeps the address for whoever takes it over).
-func TestMigratedLegacyGatewayKeepsThePinnedAddress(t *testing.T) {
+// A migration hands the legacy gateway's floating IP — pinned or allocated from a pool — to the
+// VPNGateway pinned to it: on release the legacy port and security group go and the address is
+// disassociated and untagged, never released; the new gateway, waiting in Conflict (no pod) until
+// then, adopts it within its cutover recheck. Deleting the legacy CR afterwards touches nothing.
+func TestMigratedLegacyGatewayHandsItsFloatingIPOver(t *testing.T) {
+	for _, pool := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pinned", true: "pool"}[pool], func(t *testing.T) { testFloatingIPHandOver(t, pool) })
+	}
+}
+
+func testFloatingIPHandOver(t *testing.T, pool bool) {
 	installNADCRD(t)
 	fake := neutronfake.New()
 	t.Cleanup(fake.Close)
@@ -409,23 +416,58 @@ func TestMigratedLegacyGatewayKeepsThePinnedAddress(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	deleteLegacy(t, ns)
-	g := legacyGateway(ns, "pinned", "")
+	g := legacyGateway(ns, "acme", "")
 	g.Spec.Endpoint = vpnv1.Endpoint{FloatingIP: "203.0.113.78"}
+	if pool {
+		g.Spec.Endpoint = vpnv1.Endpoint{FloatingIPPool: extNet}
+	}
 	create(t, pskSecret(ns, "hq"), pskSecret(ns, "branch"), g)
 	legacyCondition(t, g, vpnv1.ConditionEndpointReady, metav1.ConditionTrue, cloud.ReasonReady)
-	legacyCondition(t, g, vpnv1.ConditionRendered, metav1.ConditionTrue, controller.ReasonApplied)
-	fip, ok := fake.FloatingIPByAddress("203.0.113.78")
+	addr := g.Status.PublicAddress
+	fip, ok := fake.FloatingIPByAddress(addr)
 	if !ok || fip.PortID == nil || *fip.PortID == "" {
-		t.Fatalf("floating IP %+v (found %v): not on the legacy gateway's port", fip, ok)
+		t.Fatalf("floating IP %s %+v (found %v): not on the legacy gateway's port", addr, fip, ok)
 	}
-	before := fake.Inventory()
+	legacyPort := *fip.PortID
+	fips := fake.Inventory().FloatingIPs
+
+	// the successor, pinned to the address, waits in Conflict and runs no pod
+	gw := &vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "acme"}, Spec: vpnv1.VPNGatewaySpec{
+		Protocol: vpnv1.ProtocolIPsec, ServiceCIDR: g.Status.ServiceCIDR,
+		Endpoint: vpnv1.Endpoint{FloatingIP: addr},
+	}}
+	create(t, gw)
+	waitCondition(t, gw, vpnv1.ConditionEndpointReady, metav1.ConditionFalse, cloud.ReasonConflict)
+	waitCondition(t, gw, vpnv1.ConditionRendered, metav1.ConditionFalse, controller.ReasonEndpointBlocked)
 
 	patch := client.MergeFrom(g.DeepCopy())
-	g.Annotations = map[string]string{ipsecv1.AnnotationMigratedTo: "pinned"}
+	g.Annotations = map[string]string{ipsecv1.AnnotationMigratedTo: "acme"}
 	if err := env.Client.Patch(ctx, g, patch); err != nil {
 		t.Fatal(err)
 	}
 	legacyCondition(t, g, vpnv1.ConditionReady, metav1.ConditionFalse, controller.ReasonMigrated)
+	waitCondition(t, gw, vpnv1.ConditionEndpointReady, metav1.ConditionTrue, cloud.ReasonReady)
+	if gw.Status.PublicAddress != addr {
+		t.Fatalf("the successor's public address %q, want %s", gw.Status.PublicAddress, addr)
+	}
+	fake.WaitIdle()
+	after, ok := fake.FloatingIPByAddress(addr)
+	switch {
+	case !ok:
+		t.Fatal("the floating IP was released")
+	case after.PortID == nil || *after.PortID == legacyPort:
+		t.Fatalf("floating IP %+v: not on the successor's port", after)
+	case fake.Inventory().FloatingIPs != fips:
+		t.Errorf("floating IPs %d, want %d (none released, none allocated)", fake.Inventory().FloatingIPs, fips)
+	}
+	for _, port := range fake.PortList() {
+		if port.ID == legacyPort {
+			t.Errorf("the legacy gateway's port %s is left behind", legacyPort)
+		}
+	}
+
+	// deleting the released legacy CR touches nothing
+	before := fake.Inventory()
 	if err := env.Client.Delete(ctx, g); err != nil {
 		t.Fatal(err)
 	}
@@ -436,12 +478,8 @@ func TestMigratedLegacyGatewayKeepsThePinnedAddress(t *testing.T) {
 		return nil
 	})
 	fake.WaitIdle()
-	after, ok := fake.FloatingIPByAddress("203.0.113.78")
-	if !ok || after.PortID == nil || *after.PortID != *fip.PortID {
-		t.Errorf("floating IP after the release and delete: %+v (found %v), want still on port %s", after, ok, *fip.PortID)
-	}
 	if inv := fake.Inventory(); inv != before {
-		t.Errorf("cloud resources changed: before %+v, after %+v", before, inv)
+		t.Errorf("deleting the released CR changed the cloud: before %+v, after %+v", before, inv)
 	}
 }
 

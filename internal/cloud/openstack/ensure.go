@@ -42,6 +42,9 @@ type op struct {
 	tagGW    string   // TagGatewayPrefix + UID
 	ourTags  []string // tagGW and the owner tag
 	allOwned []string // ourTags and TagPinned: what Delete removes from a pinned floating IP
+	// keepAddress (HandOver): no floating IP is released, every one is only disassociated and
+	// untagged, for another gateway to adopt.
+	keepAddress bool
 }
 
 func (p *Provider) op(sc *gophercloud.ServiceClient, req cloud.Request) *op {
@@ -630,7 +633,7 @@ func (o *op) ensureFIP(ctx context.Context, extNet string, pinned *floatingips.F
 // releaseOrUnpin releases a floating IP the operator allocated for the gateway; any other
 // (pinned) one is disassociated if it sits on one of ourPorts, and loses the operator's tags.
 func (o *op) releaseOrUnpin(ctx context.Context, f floatingips.FloatingIP, ourPorts []string) error {
-	if o.allocatedByUs(f) {
+	if o.allocatedByUs(f) && !o.keepAddress {
 		err := o.call(ctx, func(ctx context.Context) error { return floatingips.Delete(ctx, o.sc, f.ID).ExtractErr() })
 		if err != nil && !isStatus(err, 404) {
 			return o.fail(err, "releasing floating IP %s", f.FloatingIP)

@@ -250,6 +250,24 @@ func (p *Provider) Delete(ctx context.Context, req cloud.Request) error {
 	return p.op(sc, req).delete(ctx)
 }
 
+// HandOver gives a released gateway's floating IP to its successor (a migration): the
+// gateway's port and security group are deleted, and its floating IP — allocated from a pool or
+// pinned — is disassociated and loses the gateway's tags, but is never released: the new gateway,
+// pinned to that address, adopts it. Idempotent.
+func (p *Provider) HandOver(ctx context.Context, req cloud.Request) error {
+	p.forget(req.UID)
+	if req.UID == "" {
+		return cloud.Terminalf(cloud.ReasonInvalidConfiguration, 0, "gateway %s has no UID: cannot find its resources", req)
+	}
+	sc, err := p.network(ctx)
+	if err != nil {
+		return err
+	}
+	o := p.op(sc, req)
+	o.keepAddress = true
+	return o.delete(ctx)
+}
+
 func (p *Provider) validate(req cloud.Request) error {
 	if err := req.Validate(); err != nil {
 		return cloud.Terminalf(cloud.ReasonInvalidConfiguration, 0, "%v", err)
