@@ -134,7 +134,12 @@ echo "$rel" > "$out/kernel.release"
 echo "$pkg $ver" > "$out/kernel.package"
 touch "$out/ok"
 mv "$out" "$kit"
-# older kits (other kernel versions or scripts)
-for old in "$base"/kit-*; do [ "$old" = "$kit" ] || rm -rf "$old"; done
+# older kits (other kernel versions or scripts), unless a VM runs (it may be using one; the
+# lock is internal/vmtest's LockFile): then the next build removes them
+mkdir -p /run/lock
+(
+  flock -n 8 || exit 0
+  for old in "$base"/kit-*; do [ "$old" = "$kit" ] || rm -rf "$old"; done
+) 8>/run/lock/bnerd-vmtest.lock
 log "kit built in $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}') s: $kit ($(du -sh "$kit" | cut -f1))"
 echo "$kit"
