@@ -60,6 +60,7 @@ test-deps: ## install the Debian packages the tests use (nftables, iproute2, ...
 .PHONY: test
 test: verify-generated lint test-deps test-binaries ## the whole test suite (what CI runs): go test, then the cluster end-to-end
 	KUBEBUILDER_ASSETS=$$(hack/test-binaries.sh) go test -race -count=1 -timeout 30m ./...
+	$(MAKE) --no-print-directory test-vm
 	$(MAKE) --no-print-directory images-reproducible
 	$(MAKE) --no-print-directory e2e-cluster
 
