@@ -162,15 +162,19 @@ func (r *IPsecGatewayReconciler) release(ctx context.Context, g *ipsecv1.IPsecGa
 	if err := r.deleteChildren(ctx, g); err != nil {
 		return err
 	}
-	r.Gateways.alloc.release(model.KindIPsecGateway, g.Namespace, g.Name)
-	forgetLegacyGateway(g.Namespace, g.Name) // not serving, and not meant to: no alert
 	if controllerutil.ContainsFinalizer(g, FinalizerAddresses) {
 		// A floating IP goes to the new gateway (pinned to it): this gateway's port and
-		// security group go, the address is disassociated and untagged, never released.
+		// security group go, the address is disassociated and untagged, never released. First:
+		// releasing the service CIDR below wakes the new gateway, which then finds the address
+		// free.
 		gw, _ := legacy.Translate(g)
 		if err := r.Gateways.Endpoints.HandOver(ctx, endpointRequest(model.KindIPsecGateway, gw, nil)); err != nil {
 			return fmt.Errorf("handing the floating IP over: %w", err)
 		}
+	}
+	r.Gateways.alloc.release(model.KindIPsecGateway, g.Namespace, g.Name)
+	forgetLegacyGateway(g.Namespace, g.Name) // not serving, and not meant to: no alert
+	if controllerutil.ContainsFinalizer(g, FinalizerAddresses) {
 		patch := client.MergeFrom(g.DeepCopy())
 		controllerutil.RemoveFinalizer(g, FinalizerAddresses)
 		if err := r.Gateways.Client.Patch(ctx, g, patch); client.IgnoreNotFound(err) != nil {

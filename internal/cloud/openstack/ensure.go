@@ -198,7 +198,8 @@ func (o *op) pinnedFIP(ctx context.Context, addr string) (*floatingips.FloatingI
 	f := list[0]
 	for _, t := range f.Tags {
 		if strings.HasPrefix(t, TagGatewayPrefix) && t != o.tagGW {
-			return nil, cloud.Terminalf(cloud.ReasonConflict, o.p.cfg.SlowRetry,
+			// a cutover (a migrated gateway hands it over any moment): rechecked in seconds
+			return nil, cloud.Terminalf(cloud.ReasonConflict, o.p.cfg.CutoverRetry,
 				"floating IP %s belongs to another gateway (tag %q)", addr, t)
 		}
 	}
