@@ -112,6 +112,11 @@ func Available() (*Kit, error) {
 		}
 		dir = strings.TrimSpace(string(out))
 	}
+	// The guest sees the host's root at another place: a symlink on the way (bin/ linked to
+	// another checkout's) would point outside it.
+	if resolved, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = resolved
+	}
 	k := &Kit{Dir: dir}
 	for _, f := range []string{"vmlinux", "initrd.gz", "ok"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
