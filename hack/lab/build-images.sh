@@ -117,6 +117,13 @@ build_gateway() {
   cp -a /usr/lib/ipsec/. "$r/usr/lib/ipsec/"
   copy_closure "$r" /usr/sbin/charon-systemd /usr/sbin/swanctl /usr/sbin/nft /usr/lib/ipsec/*.so.0 /usr/lib/ipsec/plugins/*.so
   cp "$root/hack/lab/image/strongswan.conf" "$r/etc/strongswan.conf"
+  # kernel ESP (nodes with esp4/xfrm): the same without kernel-libipsec, so kernel-netlink
+  # installs real XFRM states and policies; the operator selects it (STRONGSWAN_CONF) unless
+  # the install runs a userspace dataplane
+  sed 's/ kernel-libipsec / /' "$root/hack/lab/image/strongswan.conf" >"$r/etc/strongswan-kernel.conf"
+  if grep -q 'kernel-libipsec ' "$r/etc/strongswan-kernel.conf" || ! grep -q ' kernel-netlink ' "$r/etc/strongswan-kernel.conf"; then
+    echo "build-images: strongswan-kernel.conf still loads kernel-libipsec or lacks kernel-netlink" >&2; exit 1
+  fi
   printf 'root:x:0:0:root:/:/sbin/nologin\nnobody:x:65534:65534:nobody:/:/sbin/nologin\n' >"$r/etc/passwd"
   printf 'root:x:0:\nnogroup:x:65534:\n' >"$r/etc/group"
   echo '{"Entrypoint":["/usr/sbin/charon-systemd"],"Env":["PATH=/usr/sbin:/usr/bin"],"WorkingDir":"/"}'

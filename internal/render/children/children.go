@@ -60,6 +60,11 @@ const (
 	// ServiceAccountDir is where the agent container, and only it, finds its API credentials
 	// (the standard in-cluster location: token, ca.crt, namespace).
 	ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+	// StrongSwanKernelConf is charon's configuration for kernel ESP in the gateway image: the
+	// image's default (/etc/strongswan.conf) loads kernel-libipsec (userspace ESP); this one
+	// does not, so kernel-netlink installs XFRM states and policies. Selected by STRONGSWAN_CONF
+	// unless the install runs a userspace dataplane.
+	StrongSwanKernelConf = "/etc/strongswan-kernel.conf"
 	// AgentCommand is the gateway agent binary in AgentImage.
 	AgentCommand = "/gateway-agent"
 )

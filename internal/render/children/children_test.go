@@ -611,8 +611,22 @@ func TestDeploymentShape(t *testing.T) {
 			if !slices.Equal(names, wantNames) {
 				t.Fatalf("containers %v, want %v", names, wantNames)
 			}
-			if gw.Protocol == model.ProtocolIPsec && *pod.Containers[0].Image != tc.opts.StrongSwanImage {
-				t.Errorf("charon image %s", *pod.Containers[0].Image)
+			if gw.Protocol == model.ProtocolIPsec {
+				charon := pod.Containers[0]
+				if *charon.Image != tc.opts.StrongSwanImage {
+					t.Errorf("charon image %s", *charon.Image)
+				}
+				// kernel ESP: charon's configuration without kernel-libipsec; userspace: the
+				// image's default, which loads it
+				var conf string
+				for _, e := range charon.Env {
+					if *e.Name == "STRONGSWAN_CONF" {
+						conf = *e.Value
+					}
+				}
+				if want := map[bool]string{false: "/etc/strongswan-kernel.conf", true: ""}[tc.opts.UserspaceDataplane]; conf != want {
+					t.Errorf("charon's STRONGSWAN_CONF %q, want %q (userspace dataplane %v)", conf, want, tc.opts.UserspaceDataplane)
+				}
 			}
 			metricsPort := tc.opts.MetricsPort
 			if metricsPort == 0 {

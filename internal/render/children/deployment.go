@@ -195,6 +195,9 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 		if opts.UserspaceDataplane {
 			// kernel-libipsec: userspace ESP over a TUN device.
 			charon.WithVolumeMounts(tunMount())
+		} else {
+			// kernel ESP: the image's configuration without kernel-libipsec.
+			charon.WithEnv(corev1ac.EnvVar().WithName("STRONGSWAN_CONF").WithValue(StrongSwanKernelConf))
 		}
 		agent.WithVolumeMounts(strongSwanRunMount())
 		containers = append(containers, charon)
