@@ -120,7 +120,7 @@ build_gateway() {
   # kernel ESP (nodes with esp4/xfrm): the same without kernel-libipsec, so kernel-netlink
   # installs real XFRM states and policies; the operator selects it (STRONGSWAN_CONF) unless
   # the install runs a userspace dataplane
-  sed 's/ kernel-libipsec / /' "$root/hack/lab/image/strongswan.conf" >"$r/etc/strongswan-kernel.conf"
+  sed '/^ *load = /s/ kernel-libipsec / /' "$root/hack/lab/image/strongswan.conf" >"$r/etc/strongswan-kernel.conf"
   if grep -q 'kernel-libipsec ' "$r/etc/strongswan-kernel.conf" || ! grep -q ' kernel-netlink ' "$r/etc/strongswan-kernel.conf"; then
     echo "build-images: strongswan-kernel.conf still loads kernel-libipsec or lacks kernel-netlink" >&2; exit 1
   fi
