@@ -121,7 +121,7 @@ build_gateway() {
   # installs real XFRM states and policies; the operator selects it (STRONGSWAN_CONF) unless
   # the install runs a userspace dataplane
   sed '/^ *load = /s/ kernel-libipsec / /' "$root/hack/lab/image/strongswan.conf" >"$r/etc/strongswan-kernel.conf"
-  if grep -q 'kernel-libipsec ' "$r/etc/strongswan-kernel.conf" || ! grep -q ' kernel-netlink ' "$r/etc/strongswan-kernel.conf"; then
+  if grep -q '^ *load = .* kernel-libipsec ' "$r/etc/strongswan-kernel.conf" || ! grep -q '^ *load = .* kernel-netlink ' "$r/etc/strongswan-kernel.conf"; then
     echo "build-images: strongswan-kernel.conf still loads kernel-libipsec or lacks kernel-netlink" >&2; exit 1
   fi
   printf 'root:x:0:0:root:/:/sbin/nologin\nnobody:x:65534:65534:nobody:/:/sbin/nologin\n' >"$r/etc/passwd"
