@@ -29,7 +29,6 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/loadbalancer"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
-	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/kube"
 	"github.com/bnerd/bnerd-vpn-operator/internal/legacy"
@@ -399,20 +398,10 @@ func TestMigratedLegacyGatewayHandsItsFloatingIPOver(t *testing.T) {
 
 func testFloatingIPHandOver(t *testing.T, pool bool) {
 	installNADCRD(t)
-	fake := neutronfake.New()
-	t.Cleanup(fake.Close)
-	fake.AddUser("vpn-operator", "s3cr3t-pw")
-	extNet, _ := fake.AddNetwork("public", true, "203.0.113.0/24")
-	intNet, _ := fake.AddNetwork("vpn-transit", false, "100.100.0.0/24")
+	osc := newTestCloud(t)
+	fake, extNet := osc.fake, osc.extNet
 	fake.AddFloatingIP(extNet, "203.0.113.78", "")
-	clouds := fmt.Appendf(nil, "clouds:\n  test:\n    auth:\n      auth_url: %s\n      username: vpn-operator\n      password: s3cr3t-pw\n      project_name: vpn\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: RegionOne\n", fake.AuthURL())
-	p, err := openstack.NewFromCloudsYAML(clouds, "test", openstack.Config{NetworkID: intNet, CutoverRetry: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := operatorConfig()
-	cfg.OpenStack = p
-	startOperator(t, cfg, nil)
+	osc.startOperator(t, openstack.Config{CutoverRetry: time.Second})
 	ctx := context.Background()
 	ns := namespace(t)
 	deleteLegacy(t, ns)

@@ -56,25 +56,49 @@ func installNADCRD(t *testing.T) {
 	})
 }
 
-// A floating-IP-pool gateway through the whole reconciler, against real gophercloud and an
-// in-repo Neutron: the floating IP becomes the public address, the pod gets its port as a
-// Multus second NIC, and deleting the gateway leaves nothing behind in the cloud.
-func TestOpenStackEndpointThroughOperator(t *testing.T) {
-	installNADCRD(t)
+// testCloud is the in-repo Neutron/Keystone with the operator's user, an external network
+// ("public", 203.0.113.0/24) and the gateways' transit network.
+type testCloud struct {
+	fake           *neutronfake.Server
+	extNet, intNet string
+}
+
+func newTestCloud(t *testing.T) testCloud {
+	t.Helper()
 	fake := neutronfake.New()
 	t.Cleanup(fake.Close)
 	fake.AddUser("vpn-operator", "s3cr3t-pw")
 	extNet, _ := fake.AddNetwork("public", true, "203.0.113.0/24")
 	intNet, _ := fake.AddNetwork("vpn-transit", false, "100.100.0.0/24")
-	before := fake.Inventory()
-	clouds := fmt.Appendf(nil, "clouds:\n  test:\n    auth:\n      auth_url: %s\n      username: vpn-operator\n      password: s3cr3t-pw\n      project_name: vpn\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: RegionOne\n", fake.AuthURL())
-	p, err := openstack.NewFromCloudsYAML(clouds, "test", openstack.Config{NetworkID: intNet})
+	return testCloud{fake: fake, extNet: extNet, intNet: intNet}
+}
+
+// startOperator runs the operator with an OpenStack provider for the cloud (through a clouds.yaml,
+// as installs configure it); cfg.NetworkID defaults to the transit network.
+func (c testCloud) startOperator(t *testing.T, cfg openstack.Config) {
+	t.Helper()
+	if cfg.NetworkID == "" {
+		cfg.NetworkID = c.intNet
+	}
+	clouds := fmt.Appendf(nil, "clouds:\n  test:\n    auth:\n      auth_url: %s\n      username: vpn-operator\n      password: s3cr3t-pw\n      project_name: vpn\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: RegionOne\n", c.fake.AuthURL())
+	p, err := openstack.NewFromCloudsYAML(clouds, "test", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := operatorConfig()
-	cfg.OpenStack = p
-	startOperator(t, cfg, nil)
+	oc := operatorConfig()
+	oc.OpenStack = p
+	startOperator(t, oc, nil)
+}
+
+// A floating-IP-pool gateway through the whole reconciler, against real gophercloud and an
+// in-repo Neutron: the floating IP becomes the public address, the pod gets its port as a
+// Multus second NIC, and deleting the gateway leaves nothing behind in the cloud.
+func TestOpenStackEndpointThroughOperator(t *testing.T) {
+	installNADCRD(t)
+	osc := newTestCloud(t)
+	fake, extNet := osc.fake, osc.extNet
+	before := fake.Inventory()
+	osc.startOperator(t, openstack.Config{})
 	ctx := context.Background()
 	ns := namespace(t)
 	gw := ipsecGateway(ns, "fip")
@@ -128,21 +152,11 @@ func TestOpenStackEndpointThroughOperator(t *testing.T) {
 // within seconds (the cutover recheck) and its pod is created.
 func TestPinnedFloatingIPCutover(t *testing.T) {
 	installNADCRD(t)
-	fake := neutronfake.New()
-	t.Cleanup(fake.Close)
-	fake.AddUser("vpn-operator", "s3cr3t-pw")
-	extNet, _ := fake.AddNetwork("public", true, "203.0.113.0/24")
-	intNet, _ := fake.AddNetwork("vpn-transit", false, "100.100.0.0/24")
-	vmPort := fake.AddPort(intNet, "legacy-vpn-vm")
-	fip := fake.AddFloatingIP(extNet, "203.0.113.77", vmPort)
-	clouds := fmt.Appendf(nil, "clouds:\n  test:\n    auth:\n      auth_url: %s\n      username: vpn-operator\n      password: s3cr3t-pw\n      project_name: vpn\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: RegionOne\n", fake.AuthURL())
-	p, err := openstack.NewFromCloudsYAML(clouds, "test", openstack.Config{NetworkID: intNet, CutoverRetry: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := operatorConfig()
-	cfg.OpenStack = p
-	startOperator(t, cfg, nil)
+	osc := newTestCloud(t)
+	fake := osc.fake
+	vmPort := fake.AddPort(osc.intNet, "legacy-vpn-vm")
+	fip := fake.AddFloatingIP(osc.extNet, "203.0.113.77", vmPort)
+	osc.startOperator(t, openstack.Config{CutoverRetry: time.Second})
 	ctx := context.Background()
 	ns := namespace(t)
 	gw := ipsecGateway(ns, "pinned")
