@@ -11,7 +11,6 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
-	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
 )
 
 // The gateway pod's WireGuard device runs in a container of its own (wireguard.RunDevice) and
@@ -43,33 +42,9 @@ func TestExternalDeviceOutlivesTheAgent(t *testing.T) {
 	agent := wgtest.Start(t, gw, agentOpts)
 	siteNode := wgtest.Start(t, site, wgtest.Options{InterfaceName: wgtest.UniqueInterfaceName("s"), Mode: wireguard.ModeUserspace})
 	var agent2 *wgtest.Node
-	defer func() {
-		for _, n := range []*wgtest.Node{device, agent, agent2, siteNode} {
-			if n == nil {
-				continue
-			}
-			if found := wgtest.FindKeys(n.Log(), keys); len(found) > 0 {
-				t.Errorf("%s: key material in the log: %v", n.NS.Name, found)
-			}
-			if t.Failed() {
-				t.Logf("%s log:\n%s", n.NS.Name, n.Log())
-			}
-		}
-	}()
+	defer expectNoKeysInLogs(t, keys, &device, &agent, &agent2, &siteNode)
 
-	roaming := rwg.Peer{Name: "site-a", PublicKey: siteKey.PublicKey().String(), AllowedIPs: pfx("203.0.113.0/28")}
-	if err := agent.Apply(gatewayConfig(roaming), secrets); err != nil {
-		t.Fatal(err)
-	}
-	if err := siteNode.Apply(siteConfig(siteKeyRef, "203.0.113.1/28", rwg.Peer{
-		Name: "gateway", PublicKey: gwKey.PublicKey().String(), AllowedIPs: pfx("100.64.7.0/24"),
-		Endpoint: "198.51.100.2:51820", PersistentKeepalive: 25,
-	}), secrets); err != nil {
-		t.Fatal(err)
-	}
-	if err := netns.Eventually(10*time.Second, func() error { return quickPing(site, "100.64.7.1") }); err != nil {
-		t.Fatal(err)
-	}
+	roaming := connectRoamingSite(t, agent, siteNode, site, gwKey, siteKey, secrets)
 	stream := startPings(site, "100.64.7.1", 100*time.Millisecond)
 	defer stream.stop()
 	waitAnswers := func(what string, n int) {

@@ -47,33 +47,9 @@ func testRestart(t *testing.T, remember bool) {
 	gwNode := wgtest.Start(t, gw, gwOpts)
 	siteNode := wgtest.Start(t, site, wgtest.Options{InterfaceName: wgtest.UniqueInterfaceName("s"), Mode: wireguard.ModeUserspace})
 	var gwNode2 *wgtest.Node
-	defer func() {
-		for _, n := range []*wgtest.Node{gwNode, gwNode2, siteNode} {
-			if n == nil {
-				continue
-			}
-			if found := wgtest.FindKeys(n.Log(), keys); len(found) > 0 {
-				t.Errorf("%s: key material in the log: %v", n.NS.Name, found)
-			}
-			if t.Failed() {
-				t.Logf("%s log:\n%s", n.NS.Name, n.Log())
-			}
-		}
-	}()
+	defer expectNoKeysInLogs(t, keys, &gwNode, &gwNode2, &siteNode)
 
-	roaming := rwg.Peer{Name: "site-a", PublicKey: siteKey.PublicKey().String(), AllowedIPs: pfx("203.0.113.0/28")}
-	if err := gwNode.Apply(gatewayConfig(roaming), secrets); err != nil {
-		t.Fatal(err)
-	}
-	if err := siteNode.Apply(siteConfig(siteKeyRef, "203.0.113.1/28", rwg.Peer{
-		Name: "gateway", PublicKey: gwKey.PublicKey().String(), AllowedIPs: pfx("100.64.7.0/24"),
-		Endpoint: "198.51.100.2:51820", PersistentKeepalive: 25,
-	}), secrets); err != nil {
-		t.Fatal(err)
-	}
-	if err := netns.Eventually(10*time.Second, func() error { return quickPing(site, "100.64.7.1") }); err != nil {
-		t.Fatal(err)
-	}
+	roaming := connectRoamingSite(t, gwNode, siteNode, site, gwKey, siteKey, secrets)
 	// The old device learnt the site's endpoint; the driver wrote it down.
 	var saved map[string]any
 	if err := netns.Eventually(10*time.Second, func() error {
@@ -151,6 +127,44 @@ func testRestart(t *testing.T, remember bool) {
 	if remember && back.Sub(applied) > 5*time.Second {
 		t.Errorf("the tunnel came back %s after the new device's configuration, want the gateway's handshake (well under the site's 15 s retry)", back.Sub(applied).Round(time.Millisecond))
 	}
+}
+
+// expectNoKeysInLogs checks the nodes' logs for key material, and prints them when the test
+// failed; a node may still be nil (started later, or never).
+func expectNoKeysInLogs(t *testing.T, keys map[string]wgtypes.Key, nodes ...**wgtest.Node) {
+	for _, p := range nodes {
+		n := *p
+		if n == nil {
+			continue
+		}
+		if found := wgtest.FindKeys(n.Log(), keys); len(found) > 0 {
+			t.Errorf("%s: key material in the log: %v", n.NS.Name, found)
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", n.NS.Name, n.Log())
+		}
+	}
+}
+
+// connectRoamingSite configures the gateway with the site as a roaming peer (no endpoint on its
+// side, site-a, 203.0.113.0/28) and the site with the gateway at 198.51.100.2:51820 (keepalive
+// 25 s), waits for a ping through the tunnel, and returns the gateway's peer.
+func connectRoamingSite(t *testing.T, gw, siteNode *wgtest.Node, site *netns.NS, gwKey, siteKey wgtypes.Key, secrets wgtest.Secrets) rwg.Peer {
+	t.Helper()
+	roaming := rwg.Peer{Name: "site-a", PublicKey: siteKey.PublicKey().String(), AllowedIPs: pfx("203.0.113.0/28")}
+	if err := gw.Apply(gatewayConfig(roaming), secrets); err != nil {
+		t.Fatal(err)
+	}
+	if err := siteNode.Apply(siteConfig(siteKeyRef, "203.0.113.1/28", rwg.Peer{
+		Name: "gateway", PublicKey: gwKey.PublicKey().String(), AllowedIPs: pfx("100.64.7.0/24"),
+		Endpoint: "198.51.100.2:51820", PersistentKeepalive: 25,
+	}), secrets); err != nil {
+		t.Fatal(err)
+	}
+	if err := netns.Eventually(10*time.Second, func() error { return quickPing(site, "100.64.7.1") }); err != nil {
+		t.Fatal(err)
+	}
+	return roaming
 }
 
 // quickPing sends one ping and waits 300 ms for the answer.
