@@ -1,6 +1,14 @@
-// Package firewall applies the gateway's rendered nftables ruleset atomically (one `nft -f`
-// transaction replaces the whole table), re-asserts it when the table drifts from what was
-// applied, and reads its per-peer drop counters.
+// Package firewall applies the gateway's rendered nftables ruleset atomically, re-asserts it
+// when the table drifts from what was applied, and reads its per-peer drop counters.
+//
+// The first ruleset, and any whose structure (chains, rules, set declarations: nft.Layout)
+// differs from the one in force, is loaded whole by one `nft -f` transaction that replaces the
+// table. A ruleset that differs only in counters and set elements — a peer added, removed or
+// re-granted — is applied as one netlink transaction of just those changes (delta.go): all or
+// nothing like `nft -f`, in milliseconds where a whole 10,000-peer table takes half a second,
+// and without touching the counters that stay. Should the kernel refuse it, the ruleset is
+// loaded whole instead; the next Verify lists the table and compares it with what a whole
+// load would have left, repairing any difference by a whole load.
 package firewall
 
 import (
@@ -8,9 +16,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
@@ -25,9 +37,17 @@ type Firewall struct {
 	// (KernelGeneration, when that is the agent's own). Verify lists the table only when the
 	// generation moved since it last looked. Nil: Verify lists the table every time.
 	Generation func() (uint32, error)
+	// NetNS is the network namespace file (/run/netns/NAME) whose table netlink changes go
+	// to; empty: the agent's own. It must be the namespace nft works in.
+	NetNS string
 
 	mu      sync.Mutex
 	applied string
+	// layout is that of the ruleset applied, when the table is known to hold it (nil after
+	// a failed repair, or when the ruleset could not be split): changes to it can go by delta.
+	layout *nft.Layout
+	// last is how the last Apply that changed something went: pathFull or pathDelta.
+	last applyPath
 	carried map[string]nft.CounterValue
 	// listing is the table as nft listed it right after the last apply (normalised; nil when
 	// that listing failed), seen unchanged at generation gen when genOK.
@@ -43,13 +63,40 @@ func (f *Firewall) nft() string {
 	return f.NFT
 }
 
-// Apply loads the ruleset in one transaction unless it is already the one applied. On error
-// the previous ruleset stays in force (nft applies all or nothing).
+// applyPath is how an Apply reached the kernel.
+type applyPath int
+
+const (
+	pathNone  applyPath = iota
+	pathFull            // one `nft -f` of the whole ruleset
+	pathDelta           // one netlink transaction of counter and element changes
+)
+
+// Apply brings the table to the ruleset in one transaction unless it is already the one
+// applied: by a delta of counters and elements when only those differ from the ruleset in
+// force, else (or when the kernel refuses the delta) by loading it whole. On error the
+// previous ruleset stays in force (both kinds of transaction apply all or nothing).
 func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if ruleset == f.applied {
 		return nil
+	}
+	next, splitErr := nft.Split(ruleset)
+	if splitErr == nil && f.layout != nil {
+		if d, ok := nft.Diff(*f.layout, next); ok && d.Changes() <= maxDeltaChanges {
+			if err := f.delta(d); err == nil {
+				f.applied, f.layout, f.last = ruleset, &next, pathDelta
+				// What a whole load would have left, checked by the next Verify (the
+				// generation moved, so it lists the table).
+				if f.listing != nil {
+					f.listing = applyToListing(f.listing, d)
+				}
+				f.genOK = false
+				return nil
+			}
+			// Refused as a whole: the table is as it was; a whole load decides.
+		}
 	}
 	// What the old table counted is carried into the totals once it has been replaced.
 	var before map[string]nft.CounterValue
@@ -60,9 +107,39 @@ func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 		return fmt.Errorf("applying nftables ruleset: %w", err)
 	}
 	f.carry(before)
-	f.applied = ruleset
+	f.applied, f.last = ruleset, pathFull
+	f.layout = nil
+	if splitErr == nil {
+		f.layout = &next
+	}
 	f.record(ctx)
 	return nil
+}
+
+// delta applies d to the table in one netlink transaction.
+func (f *Firewall) delta(d nft.Delta) error {
+	if d.Empty() {
+		return nil
+	}
+	msgs, err := deltaMessages(d)
+	if err != nil {
+		return err
+	}
+	cfg := &netlink.Config{}
+	if f.NetNS != "" {
+		ns, err := os.Open(f.NetNS)
+		if err != nil {
+			return err
+		}
+		defer ns.Close()
+		cfg.NetNS = int(ns.Fd())
+	}
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, cfg)
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	defer conn.Close()
+	return transact(conn, msgs)
 }
 
 // Verify checks the table against the ruleset last applied and, when it is missing (deleted,
@@ -108,7 +185,11 @@ func (f *Firewall) Verify(ctx context.Context) (agent.Drift, error) {
 	}
 	gen, genOK = f.generation()
 	if err := f.load(ctx, f.applied); err != nil {
+		f.layout = nil // whatever the table holds now, it is not known to be f.applied
 		return drift, fmt.Errorf("re-applying nftables ruleset: %w", err)
+	}
+	if l, err := nft.Split(f.applied); err == nil {
+		f.layout = &l
 	}
 	f.carry(before)
 	// The same ruleset lists as before: when the load was the namespace's only commit since
@@ -171,7 +252,7 @@ func (f *Firewall) Remove(ctx context.Context) error {
 	if err := f.load(ctx, nft.RemoveRuleset+nft.OpenStartupGate); err != nil {
 		return err
 	}
-	f.applied, f.listing, f.genOK = "", nil, false
+	f.applied, f.listing, f.genOK, f.layout = "", nil, false, nil
 	return nil
 }
 

@@ -1,0 +1,178 @@
+package firewall
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
+)
+
+// site is one peer of a test gateway: its subnets and the exposures it is granted.
+type site struct {
+	name     string
+	subnets  []string
+	grants   []string // "web", "db"
+	dark     bool     // not authorized
+	ownsSSH  bool     // grantee of the reverse exposure
+	sshPorts int      // reverse exposure ports (gateway ports 20000...)
+}
+
+// testGateway is an IPsec gateway (kernel-libipsec: tunnel ipsec0, cluster eth0) with the
+// exposures web (100.64.7.10, tcp 443 and udp 443 -> 192.0.2.10) and db (100.64.7.11, tcp
+// 5432 -> dbTarget), the sites as peers, and — when one owns it — the reverse exposure ssh
+// for the reverse clients.
+func testGateway(dbTarget string, clients []string, sites ...site) *model.Gateway {
+	g := &model.Gateway{
+		Namespace: "tenant-a", Name: "delta", Protocol: model.ProtocolIPsec, Mode: model.ModeSNAT,
+		Endpoint:     model.Endpoint{Kind: model.EndpointFloatingIPPool, FloatingIPPool: "public"},
+		ServiceCIDR:  netip.MustParsePrefix("100.64.7.0/24"),
+		LocalAddress: netip.MustParseAddr("100.64.7.1"),
+		IPsec:        &model.IPsecGateway{IKEVersion: 2, IKEProposals: []string{"aes256gcm16-prfsha256-ecp256"}},
+		Exposures: []model.Exposure{
+			{Name: "web", VirtualIP: netip.MustParseAddr("100.64.7.10"), Target: netip.MustParseAddr("192.0.2.10"),
+				Ports: []model.Port{{Protocol: "tcp", Port: 443, TargetPort: 443}, {Protocol: "udp", Port: 443, TargetPort: 443}}},
+			{Name: "db", VirtualIP: netip.MustParseAddr("100.64.7.11"), Target: netip.MustParseAddr(dbTarget),
+				Ports: []model.Port{{Protocol: "tcp", Port: 5432, TargetPort: 5432}}},
+		},
+	}
+	for _, s := range sites {
+		p := model.Peer{Name: s.name, Authorization: model.Decision{Authorized: !s.dark, Reason: "test"},
+			IPsec: &model.IPsecPeer{RemoteAddress: "198.51.100.77", RemoteID: s.name}}
+		for _, c := range s.subnets {
+			p.SourceCIDRs = append(p.SourceCIDRs, netip.MustParsePrefix(c))
+		}
+		if !s.dark {
+			p.Exposures = s.grants
+			for i := range g.Exposures {
+				if slices.Contains(s.grants, g.Exposures[i].Name) {
+					g.Exposures[i].GrantedTo = append(g.Exposures[i].GrantedTo, s.name)
+				}
+			}
+		}
+		g.Peers = append(g.Peers, p)
+		if s.ownsSSH {
+			g.InternalSourceCIDRs = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}
+			for _, c := range clients {
+				g.ReverseClients = append(g.ReverseClients, netip.MustParseAddr(c))
+			}
+			r := model.ReverseExposure{Name: "ssh", VirtualIP: netip.MustParseAddr("100.64.7.20"), Grantee: s.name,
+				Target: netip.MustParsePrefix(s.subnets[0]).Addr().Next()}
+			for i := range max(1, s.sshPorts) {
+				r.Ports = append(r.Ports, model.Port{Protocol: "tcp", Port: 22, TargetPort: 22, GatewayPort: uint16(20000 + i)})
+			}
+			g.ReverseExposures = []model.ReverseExposure{r}
+		}
+	}
+	return g
+}
+
+func render(t testing.TB, g *model.Gateway) string {
+	t.Helper()
+	text, err := nft.Render(g, nft.DefaultOptions(g, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return text
+}
+
+// A ruleset change of counters and elements goes to the kernel as one netlink transaction
+// that leaves exactly the table a whole load of the new ruleset leaves (their listings are
+// equal, and the next Verify agrees); a change of structure is loaded whole. Every step runs
+// against the table the previous steps left.
+func TestDeltaEqualsWholeLoad(t *testing.T) {
+	netns.Skip(t, "nft")
+	run := netns.NewRun(t, "bfd")
+	gw, ref := run.NS("gw"), run.NS("ref")
+	f := &Firewall{NFT: writeWrapper(t, gw.Name), NetNS: filepath.Join("/run/netns", gw.Name)}
+	ctx := context.Background()
+
+	a := site{name: "a", subnets: []string{"203.0.113.0/25"}, grants: []string{"web", "db"}, ownsSSH: true}
+	b := site{name: "b", subnets: []string{"203.0.113.128/26", "198.51.100.128/25"}, grants: []string{"web"}}
+	wide := site{name: "wide", subnets: []string{"203.0.113.0/24"}, grants: []string{"db"}}
+	host := site{name: "host", subnets: []string{"192.0.2.77/32"}, grants: []string{"db"}}
+	adj := site{name: "adj", subnets: []string{"203.0.113.192/27", "203.0.113.224/27"}, grants: []string{"web"}}
+	darkC := site{name: "c", subnets: []string{"203.0.113.64/26"}, dark: true}
+	clients := []string{"198.51.100.10"}
+
+	steps := []struct {
+		name string
+		gw   *model.Gateway
+		path applyPath
+	}{
+		{"first load", testGateway("192.0.2.20", clients, a, b), pathFull},
+		{"peer added", testGateway("192.0.2.20", clients, a, b, host), pathDelta},
+		{"overlapping wider peer added", testGateway("192.0.2.20", clients, a, b, host, wide), pathDelta},
+		{"adjacent blocks of one peer", testGateway("192.0.2.20", clients, a, b, host, wide, adj), pathDelta},
+		{"inner peer removed: the wider one takes its addresses", testGateway("192.0.2.20", clients, a, host, wide, adj), pathDelta},
+		{"grant revoked", testGateway("192.0.2.20", clients, a, host, site{name: "wide", subnets: wide.subnets}, adj), pathDelta},
+		{"dark peer added over an authorized one", testGateway("192.0.2.20", clients, a, host, darkC, adj), pathDelta},
+		{"DNAT target changed", testGateway("192.0.2.21", clients, a, host, darkC, adj), pathDelta},
+		{"reverse clients and ports changed", testGateway("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
+			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, host, darkC, adj), pathDelta},
+		{"reverse exposure gone: structure changes", testGateway("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, host, adj), pathFull},
+		{"every peer removed", testGateway("192.0.2.21", nil), pathDelta},
+		{"peers back", testGateway("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, b, wide), pathDelta},
+	}
+	for _, s := range steps {
+		text := render(t, s.gw)
+		f.last = pathNone
+		if err := f.Apply(ctx, text); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if f.last != s.path {
+			t.Errorf("%s: applied by path %d, want %d", s.name, f.last, s.path)
+		}
+		if out, err := ref.RunInput(text, "nft", "-f", "-"); err != nil {
+			t.Fatalf("%s: whole load in the reference namespace: %v\n%s", s.name, err, out)
+		}
+		got := normalizeListing(gw.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"))
+		want := normalizeListing(ref.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"))
+		if diff := listingDiff(want, got); diff != "" {
+			t.Fatalf("%s: the table differs from a whole load: %s", s.name, diff)
+		}
+		// The listing the delta was expected to leave is the one the table has.
+		if d, err := f.Verify(ctx); err != nil || d.Drifted() {
+			t.Fatalf("%s: Verify after the change: %+v %v", s.name, d, err)
+		}
+	}
+}
+
+// Which of each fixture's changes the renderer's layouts see as contents only.
+func TestDeltaOfRenderedChanges(t *testing.T) {
+	a := site{name: "a", subnets: []string{"203.0.113.0/25"}, grants: []string{"web"}}
+	b := site{name: "b", subnets: []string{"203.0.113.128/25"}, grants: []string{"web", "db"}}
+	old, err := nft.Split(render(t, testGateway("192.0.2.20", nil, a)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := nft.Split(render(t, testGateway("192.0.2.20", nil, a, b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok := nft.Diff(old, next)
+	if !ok {
+		t.Fatalf("a peer added changes the structure:\n%s\n---\n%s", old.Structure, next.Structure)
+	}
+	got := fmt.Sprintf("%v %v", d.AddCounters, d.DelCounters)
+	for _, s := range d.Sets {
+		got += fmt.Sprintf(" %s-%v+%v", s.Set.Name, s.Del, s.Add)
+	}
+	want := `[peer_b_in peer_b_out] [] peer_in-[]+[203.0.113.128/25 : "peer_b_in"] peer_out-[]+[203.0.113.128/25 : "peer_b_out"]` +
+		` fwd_grants-[]+[203.0.113.128/25 . 100.64.7.10 . tcp . 443 203.0.113.128/25 . 100.64.7.10 . udp . 443 203.0.113.128/25 . 100.64.7.11 . tcp . 5432]`
+	if got != want {
+		t.Errorf("delta\n%s\nwant\n%s", got, want)
+	}
+	if _, err := deltaMessages(d); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(next.Structure, "203.0.113") || strings.Contains(next.Structure, "peer_b") {
+		t.Errorf("contents in the structure:\n%s", next.Structure)
+	}
+}
