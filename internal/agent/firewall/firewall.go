@@ -47,7 +47,7 @@ type Firewall struct {
 	// a failed repair, or when the ruleset could not be split): changes to it can go by delta.
 	layout *nft.Layout
 	// last is how the last Apply that changed something went: pathFull or pathDelta.
-	last applyPath
+	last    applyPath
 	carried map[string]nft.CounterValue
 	// listing is the table as nft listed it right after the last apply (normalised; nil when
 	// that listing failed), seen unchanged at generation gen when genOK.
