@@ -73,6 +73,14 @@ func testGateway(dbTarget string, clients []string, sites ...site) *model.Gatewa
 	return g
 }
 
+// loadWhole loads a ruleset with `nft -f` in the namespace.
+func loadWhole(t testing.TB, ns *netns.NS, ruleset string) {
+	t.Helper()
+	if out, err := ns.RunInput(ruleset, "nft", "-f", "-"); err != nil {
+		t.Fatalf("nft -f in %s: %v\n%s", ns.Name, err, out)
+	}
+}
+
 func render(t testing.TB, g *model.Gateway) string {
 	t.Helper()
 	text, err := nft.Render(g, nft.DefaultOptions(g, true))
@@ -129,9 +137,7 @@ func TestDeltaEqualsWholeLoad(t *testing.T) {
 		if f.last != s.path {
 			t.Errorf("%s: applied by path %d, want %d", s.name, f.last, s.path)
 		}
-		if out, err := ref.RunInput(text, "nft", "-f", "-"); err != nil {
-			t.Fatalf("%s: whole load in the reference namespace: %v\n%s", s.name, err, out)
-		}
+		loadWhole(t, ref, text)
 		got := normalizeListing(gw.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"))
 		want := normalizeListing(ref.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"))
 		if diff := listingDiff(want, got); diff != "" {
@@ -174,5 +180,110 @@ func TestDeltaOfRenderedChanges(t *testing.T) {
 	}
 	if strings.Contains(next.Structure, "203.0.113") || strings.Contains(next.Structure, "peer_b") {
 		t.Errorf("contents in the structure:\n%s", next.Structure)
+	}
+}
+
+// A delta the kernel refuses changes nothing: not the counter it would have created, not the
+// elements before the refused one. The table lists as before and its counters go on counting
+// from where they were; then a delta the kernel takes keeps them counting too. And an Apply
+// whose delta is refused loads the ruleset whole instead.
+func TestRefusedDeltaLeavesTableWhole(t *testing.T) {
+	netns.Skip(t, "nft", "ping")
+	run := netns.NewRun(t, "bfr")
+	ns := run.NS("gw")
+	ns.MustRun("ip", "addr", "add", "192.0.2.1/32", "dev", "lo")
+	f := &Firewall{NFT: writeWrapper(t, ns.Name), NetNS: filepath.Join("/run/netns", ns.Name)}
+	ctx := context.Background()
+	if err := f.Apply(ctx, driftRuleset); err != nil {
+		t.Fatal(err)
+	}
+	pings := 0
+	ping := func(n int) {
+		t.Helper()
+		ns.MustRun("ping", "-c", fmt.Sprint(n), "-i", "0.01", "-W", "1", "192.0.2.1")
+		pings += n
+	}
+	counted := func() uint64 {
+		t.Helper()
+		c, err := f.Counters(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c["peer_a_in"].Packets
+	}
+	ping(3)
+	before := ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn")
+
+	l, err := nft.Split(driftRuleset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(name string) nft.SetContents {
+		i := slices.IndexFunc(l.Sets, func(s nft.SetContents) bool { return s.Name == name })
+		if i < 0 {
+			t.Fatalf("no set %s in %+v", name, l.Sets)
+		}
+		return l.Sets[i]
+	}
+	refused := nft.Delta{
+		AddCounters: []string{"peer_c_in"},
+		Sets: []nft.SetDelta{
+			{Set: set("peer_in"), Del: []string{`203.0.113.16/28 : "peer_b_in"`, `198.51.100.0/25 : "peer_b_in"`}, Add: []string{`192.0.2.128/25 : "peer_c_in"`}},
+			{Set: set("fwd_grants"), Add: []string{"192.0.2.128/25 . 100.64.7.10 . tcp . 443"}},
+			// The key is there already, with another value: the kernel refuses it.
+			{Set: set("fwd_dnat"), Add: []string{"100.64.7.12 . tcp . 22 : 192.0.2.99 . 22"}},
+		},
+		DelCounters: []string{"peer_b_in"},
+	}
+	err = f.delta(refused)
+	if err == nil || !strings.Contains(err.Error(), "nftables refused the change") {
+		t.Fatalf("a delta with an element that exists: %v", err)
+	}
+	if after := ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"); after != before {
+		t.Fatalf("a refused delta changed the table:\n%s\nwas\n%s", after, before)
+	}
+	ping(2)
+	if got := counted(); got != uint64(pings) {
+		t.Fatalf("counter after a refused delta: %d, want %d", got, pings)
+	}
+
+	// The same change less the refused element goes through; the counter that stays keeps
+	// counting (a whole load would restart it at zero).
+	refused.Sets = refused.Sets[:2]
+	if err := f.delta(refused); err != nil {
+		t.Fatal(err)
+	}
+	listed := ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn")
+	if !strings.Contains(listed, `192.0.2.128/25 : "peer_c_in"`) || strings.Contains(listed, "peer_b_in") {
+		t.Fatalf("the delta is not in the table:\n%s", listed)
+	}
+	ping(1)
+	if got := counted(); got != uint64(pings) {
+		t.Fatalf("counter after a delta: %d, want %d", got, pings)
+	}
+	if err := f.Remove(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Apply: a table that already has an element the change adds refuses the delta; the
+	// ruleset is then loaded whole, and the table is that of a whole load.
+	a := site{name: "a", subnets: []string{"203.0.113.0/28"}, grants: []string{"web"}}
+	b := site{name: "b", subnets: []string{"203.0.113.16/28"}, grants: []string{"web"}}
+	if err := f.Apply(ctx, render(t, testGateway("192.0.2.20", nil, a))); err != nil {
+		t.Fatal(err)
+	}
+	ns.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_grants", "{ 203.0.113.16/28 . 100.64.7.10 . tcp . 443 }")
+	next := render(t, testGateway("192.0.2.20", nil, a, b))
+	if err := f.Apply(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	if f.last != pathFull {
+		t.Errorf("a refused delta was not followed by a whole load (path %d)", f.last)
+	}
+	ref := run.NS("ref")
+	loadWhole(t, ref, next)
+	if diff := listingDiff(normalizeListing(ref.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn")),
+		normalizeListing(ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"))); diff != "" {
+		t.Fatalf("after the whole load: %s", diff)
 	}
 }
