@@ -73,16 +73,27 @@ func (d Delta) Changes() int {
 func Split(ruleset string) (Layout, error) {
 	var l Layout
 	var structure []string
-	lines := strings.Split(ruleset, "\n")
 	var set *SetContents
 	ours := false // inside table Family Table: counters and sets elsewhere are structure
-	for i := 0; i < len(lines); i++ {
-		line := strings.TrimSpace(lines[i])
-		if line == "" || strings.HasPrefix(line, "#") {
+	// Every element is followed by a comma but a set's last: room for all of them in one
+	// array, each set's Elements a part of it (the sets are read one after the other).
+	all := make([]string, 0, strings.Count(ruleset, ",")+64)
+	rest := ruleset
+	next := func() (string, bool) {
+		if rest == "" {
+			return "", false
+		}
+		line, after, _ := strings.Cut(rest, "\n")
+		rest = after
+		return line, true
+	}
+	for raw, ok := next(); ok; raw, ok = next() {
+		line := strings.TrimSpace(raw)
+		if line == "" || line[0] == '#' {
 			continue
 		}
-		if rest, ok := strings.CutPrefix(line, "table "); ok && strings.HasSuffix(rest, " {") {
-			ours = rest == Family+" "+Table+" {"
+		if after, ok := strings.CutPrefix(line, "table "); ok && strings.HasSuffix(after, " {") {
+			ours = after == Family+" "+Table+" {"
 		}
 		if set == nil && !ours {
 			structure = append(structure, line)
@@ -111,28 +122,34 @@ func Split(ruleset string) (Layout, error) {
 			set.Interval = slices.Contains(strings.Split(strings.ReplaceAll(strings.TrimPrefix(line, "flags "), " ", ""), ","), "interval")
 		case strings.HasPrefix(line, "elements = {"):
 			// The block runs to the line ending in "}" (elements hold no braces; comment
-			// lines inside it are notes).
-			var inner strings.Builder
-			rest := strings.TrimPrefix(line, "elements = {")
+			// lines inside it are notes). Elements are cut out of the text as they stand.
+			part := strings.TrimPrefix(line, "elements = {")
+			start := len(all) - len(set.Elements) // a second block goes on from the first
+			if len(set.Elements) > 0 {
+				all = append(all, set.Elements...)
+				start = len(all) - len(set.Elements)
+			}
 			for {
-				if at := strings.Index(rest, "#"); at >= 0 {
-					rest = rest[:at]
+				if at := strings.IndexByte(part, '#'); at >= 0 {
+					part = part[:at]
 				}
-				rest = strings.TrimSpace(rest)
-				if strings.HasSuffix(rest, "}") {
-					inner.WriteString(strings.TrimSuffix(rest, "}"))
+				part = strings.TrimSpace(part)
+				closed := strings.HasSuffix(part, "}")
+				for e := range strings.SplitSeq(strings.TrimSuffix(part, "}"), ",") {
+					if e = strings.TrimSpace(e); e == "" {
+						continue
+					}
+					if !singleSpaced(e) {
+						e = strings.Join(strings.Fields(e), " ")
+					}
+					all = append(all, e)
+					set.Elements = all[start:len(all):len(all)]
+				}
+				if closed {
 					break
 				}
-				inner.WriteString(rest)
-				inner.WriteByte(' ')
-				if i++; i >= len(lines) {
+				if part, ok = next(); !ok {
 					return Layout{}, fmt.Errorf("set %s: elements block not closed", set.Name)
-				}
-				rest = lines[i]
-			}
-			for _, e := range strings.Split(inner.String(), ",") {
-				if e = strings.Join(strings.Fields(e), " "); e != "" {
-					set.Elements = append(set.Elements, e)
 				}
 			}
 			continue // the elements are contents, not structure
@@ -144,6 +161,11 @@ func Split(ruleset string) (Layout, error) {
 	}
 	l.Structure = strings.Join(structure, "\n")
 	return l, nil
+}
+
+// singleSpaced reports whether s has no blank but single spaces (s holds no line break).
+func singleSpaced(s string) bool {
+	return !strings.Contains(s, "  ") && strings.IndexByte(s, '\t') < 0 && strings.IndexByte(s, '\r') < 0
 }
 
 // declared returns the name after kind ("counter ", "set ", "map ") at the start of line.
@@ -163,7 +185,7 @@ func Diff(old, new Layout) (Delta, bool) {
 		return Delta{}, false
 	}
 	var d Delta
-	d.AddCounters, d.DelCounters = difference(new.Counters, old.Counters), difference(old.Counters, new.Counters)
+	d.DelCounters, d.AddCounters = changes(old.Counters, new.Counters)
 	seen := make(map[string]bool, len(new.Sets))
 	for i, n := range new.Sets {
 		o := old.Sets[i]
@@ -171,12 +193,27 @@ func Diff(old, new Layout) (Delta, bool) {
 			return Delta{}, false
 		}
 		seen[n.Name] = true
-		del, add := difference(o.Elements, n.Elements), difference(n.Elements, o.Elements)
-		if len(del) > 0 || len(add) > 0 {
+		if del, add := changes(o.Elements, n.Elements); len(del) > 0 || len(add) > 0 {
 			d.Sets = append(d.Sets, SetDelta{Set: n, Del: del, Add: add})
 		}
 	}
 	return d, true
+}
+
+// changes returns what of old is not in new and what of new is not in old. The lists are
+// those of one set, without repeats, and the renderer writes them in a stable order: what
+// both begin and end with is skipped before the rest is compared.
+func changes(old, new []string) (del, add []string) {
+	lead := 0
+	for lead < len(old) && lead < len(new) && old[lead] == new[lead] {
+		lead++
+	}
+	trail := 0
+	for trail < len(old)-lead && trail < len(new)-lead && old[len(old)-1-trail] == new[len(new)-1-trail] {
+		trail++
+	}
+	o, n := old[lead:len(old)-trail], new[lead:len(new)-trail]
+	return difference(o, n), difference(n, o)
 }
 
 // difference is what of a is not in b, in the order of a (duplicates in a once).

@@ -150,3 +150,42 @@ func TestSplitEdges(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSplit splits the 10,000-peer ruleset of BenchmarkRuleset, as the agent does with
+// every ruleset it applies.
+func BenchmarkSplit(b *testing.B) {
+	g := benchGateway(10000)
+	text, err := Render(g, libipsec(g))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if _, err := Split(text); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDiff is the delta of one peer added to the 10,000-peer ruleset.
+func BenchmarkDiff(b *testing.B) {
+	layout := func(n int) Layout {
+		g := benchGateway(n)
+		text, err := Render(g, libipsec(g))
+		if err != nil {
+			b.Fatal(err)
+		}
+		l, err := Split(text)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return l
+	}
+	old, next := layout(10000), layout(10001)
+	b.ResetTimer()
+	for range b.N {
+		if d, ok := Diff(old, next); !ok || d.Changes() != 7 { // 2 counters, 1 element in each peer map, 3 grants
+			b.Fatalf("%+v %v", d, ok)
+		}
+	}
+}
