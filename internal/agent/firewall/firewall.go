@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -46,8 +47,12 @@ type Firewall struct {
 	// layout is that of the ruleset applied, when the table is known to hold it (nil after
 	// a failed repair, or when the ruleset could not be split): changes to it can go by delta.
 	layout *nft.Layout
-	// last is how the last Apply that changed something went: pathFull or pathDelta.
-	last    applyPath
+	// last is how the last Apply that changed something went: pathFull or pathDelta; lastTx
+	// how long its transaction took (the kernel's part, for BenchmarkApply).
+	last   applyPath
+	lastTx time.Duration
+	// deltas applied since the reference listing was taken, not yet applied to it.
+	deltas  []nft.Delta
 	carried map[string]nft.CounterValue
 	// listing is the table as nft listed it right after the last apply (normalised; nil when
 	// that listing failed), seen unchanged at generation gen when genOK.
@@ -85,12 +90,14 @@ func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 	next, splitErr := nft.Split(ruleset)
 	if splitErr == nil && f.layout != nil {
 		if d, ok := nft.Diff(*f.layout, next); ok && d.Changes() <= maxDeltaChanges {
+			t0 := time.Now()
 			if err := f.delta(d); err == nil {
-				f.applied, f.layout, f.last = ruleset, &next, pathDelta
-				// What a whole load would have left, checked by the next Verify (the
-				// generation moved, so it lists the table).
+				f.applied, f.layout, f.last, f.lastTx = ruleset, &next, pathDelta, time.Since(t0)
+				// The next Verify (the generation moved, so it lists the table) checks it
+				// against what a whole load would have left: the reference listing with the
+				// deltas applied to it, there, off this path.
 				if f.listing != nil {
-					f.listing = applyToListing(f.listing, d)
+					f.deltas = append(f.deltas, d)
 				}
 				f.genOK = false
 				return nil
@@ -103,9 +110,11 @@ func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 	if f.applied != "" {
 		before, _ = f.read(ctx)
 	}
+	t0 := time.Now()
 	if err := f.load(ctx, ruleset); err != nil {
 		return fmt.Errorf("applying nftables ruleset: %w", err)
 	}
+	f.lastTx = time.Since(t0)
 	f.carry(before)
 	f.applied, f.last = ruleset, pathFull
 	f.layout = nil
@@ -157,6 +166,10 @@ func (f *Firewall) Verify(ctx context.Context) (agent.Drift, error) {
 	if f.applied == "" {
 		return agent.Drift{}, nil
 	}
+	for _, d := range f.deltas {
+		f.listing = applyToListing(f.listing, d)
+	}
+	f.deltas = nil
 	gen, genOK := f.generation()
 	if genOK && f.genOK && gen == f.gen && f.listing != nil {
 		return agent.Drift{}, nil
@@ -204,6 +217,7 @@ func (f *Firewall) Verify(ctx context.Context) (agent.Drift, error) {
 
 // record takes the reference listing of the table just applied.
 func (f *Firewall) record(ctx context.Context) {
+	f.deltas = nil
 	gen, genOK := f.generation()
 	got, missing, err := f.list(ctx)
 	if err != nil || missing {
@@ -252,7 +266,7 @@ func (f *Firewall) Remove(ctx context.Context) error {
 	if err := f.load(ctx, nft.RemoveRuleset+nft.OpenStartupGate); err != nil {
 		return err
 	}
-	f.applied, f.listing, f.genOK, f.layout = "", nil, false, nil
+	f.applied, f.listing, f.genOK, f.layout, f.deltas = "", nil, false, nil, nil
 	return nil
 }
 
