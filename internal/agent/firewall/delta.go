@@ -32,6 +32,8 @@ const (
 	// maxDeltaChanges bounds a delta: a larger one is loaded whole (nft -f), which costs the
 	// same whatever the change, and keeps every batch well inside a netlink socket's buffers.
 	maxDeltaChanges = 2000
+	// sendBuffer holds a batch of maxDeltaChanges changes (under 100 bytes each, encoded).
+	sendBuffer = 1 << 20
 )
 
 // fieldType is one data type of a set's key or a map's value.
@@ -230,7 +232,7 @@ func deltaMessages(d nft.Delta) ([]netlink.Message, error) {
 		msgs = append(msgs, netlink.Message{
 			Header: netlink.Header{
 				Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | msgType),
-				Flags: netlink.Request | netlink.Acknowledge | flags,
+				Flags: netlink.Request | flags,
 			},
 			Data: append([]byte{unix.NFPROTO_IPV4, unix.NFNETLINK_V0, 0, 0}, data...),
 		})
@@ -337,23 +339,37 @@ func batch(msgs []netlink.Message) []netlink.Message {
 	return append(out, mark(unix.NFNL_MSG_BATCH_END))
 }
 
-// transact sends msgs as one transaction through conn and waits for the kernel's answer to
-// each: nil when it committed them all, else the first error it reported (then it committed
-// none).
+// transact sends msgs as one transaction through conn and waits for the kernel's verdict:
+// nil when it committed them all, else the first error it reported (then it committed none).
+// Only the last message asks for an acknowledgement: the kernel reports every refused
+// message whatever its flags, in order, and the answer to the last one comes after them all —
+// one answer for a batch that succeeds, however many elements it holds.
 func transact(conn *netlink.Conn, msgs []netlink.Message) error {
-	if _, err := conn.SendMessages(batch(msgs)); err != nil {
+	if len(msgs) == 0 {
+		return nil
+	}
+	for i := range msgs {
+		msgs[i].Header.Flags &^= netlink.Acknowledge
+	}
+	msgs[len(msgs)-1].Header.Flags |= netlink.Acknowledge
+	sent, err := conn.SendMessages(batch(msgs))
+	if err != nil {
 		return fmt.Errorf("sending the nftables batch: %w", err)
 	}
-	for acked := 0; acked < len(msgs); {
+	last := sent[len(sent)-2].Header.Sequence // the last message before the batch's end
+	for {
 		replies, err := conn.Receive()
 		if err != nil {
 			var op *netlink.OpError
-			if errors.As(err, &op) {
+			if errors.As(err, &op) && op.Err != nil {
 				return fmt.Errorf("nftables refused the change: %w", op.Err)
 			}
 			return fmt.Errorf("reading the nftables answer: %w", err)
 		}
-		acked += len(replies)
+		for _, r := range replies {
+			if r.Header.Type == netlink.Error && r.Header.Sequence == last {
+				return nil // acknowledged, and no error reported before
+			}
+		}
 	}
-	return nil
 }

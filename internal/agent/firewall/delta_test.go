@@ -127,6 +127,10 @@ func TestDeltaEqualsWholeLoad(t *testing.T) {
 		{"reverse exposure gone: structure changes", testGateway("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, host, adj), pathFull},
 		{"every peer removed", testGateway("192.0.2.21", nil), pathDelta},
 		{"peers back", testGateway("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, b, wide), pathDelta},
+		// 300 peers at once: 600 counters, 600 map elements and 750 grants, 1,950 changes,
+		// just under the limit of one batch.
+		{"many peers at once", testGateway("192.0.2.21", nil, append([]site{{name: "a", subnets: a.subnets, grants: a.grants}, b, wide}, benchSites(300)...)...), pathDelta},
+		{"too many at once: loaded whole", testGateway("192.0.2.21", nil, benchSites(800)...), pathFull},
 	}
 	for _, s := range steps {
 		text := render(t, s.gw)

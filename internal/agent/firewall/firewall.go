@@ -148,6 +148,14 @@ func (f *Firewall) delta(d nft.Delta) error {
 		return fmt.Errorf("netlink: %w", err)
 	}
 	defer conn.Close()
+	// The batch is one datagram: room to spare for the largest (maxDeltaChanges changes,
+	// some 150 KB) whatever the host's default; should it still not fit, it fails and the
+	// ruleset is loaded whole.
+	if raw, err := conn.SyscallConn(); err == nil {
+		_ = raw.Control(func(fd uintptr) {
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sendBuffer)
+		})
+	}
 	return transact(conn, msgs)
 }
 
