@@ -272,7 +272,6 @@ func deltaMessages(d nft.Delta) ([]netlink.Message, error) {
 			ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(list *netlink.AttributeEncoder) error {
 				for _, e := range nl {
 					list.Nested(unix.NFTA_LIST_ELEM, func(ne *netlink.AttributeEncoder) error {
-						ne.ByteOrder = binary.BigEndian
 						if e.flags != 0 {
 							ne.Uint32(unix.NFTA_SET_ELEM_FLAGS, e.flags)
 						}

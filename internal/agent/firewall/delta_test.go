@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
@@ -98,7 +99,12 @@ func TestDeltaEqualsWholeLoad(t *testing.T) {
 	netns.Skip(t, "nft")
 	run := netns.NewRun(t, "bfd")
 	gw, ref := run.NS("gw"), run.NS("ref")
-	f := &Firewall{NFT: writeWrapper(t, gw.Name), NetNS: filepath.Join("/run/netns", gw.Name)}
+	f := &Firewall{NFT: writeWrapper(t, gw.Name), NetNS: filepath.Join("/run/netns", gw.Name),
+		// As in the agent: Verify lists the table only when the generation moved.
+		Generation: func() (g uint32, err error) {
+			err = inNS(gw.Name, func() (err error) { g, err = KernelGeneration(); return err })
+			return g, err
+		}}
 	ctx := context.Background()
 
 	a := site{name: "a", subnets: []string{"203.0.113.0/25"}, grants: []string{"web", "db"}, ownsSSH: true}
@@ -151,6 +157,23 @@ func TestDeltaEqualsWholeLoad(t *testing.T) {
 		if d, err := f.Verify(ctx); err != nil || d.Drifted() {
 			t.Fatalf("%s: Verify after the change: %+v %v", s.name, d, err)
 		}
+	}
+
+	// A table changed behind a delta's back is found by the same check, and repaired by a
+	// whole load: an element slipped in, then a delta that does not touch it.
+	gw.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_grants", "{ 192.0.2.200 . 100.64.7.10 . tcp . 443 }")
+	text := render(t, testGateway("192.0.2.22", nil, benchSites(800)...))
+	if err := f.Apply(ctx, text); err != nil || f.last != pathDelta {
+		t.Fatalf("a delta over a changed table: %v, path %d", err, f.last)
+	}
+	d, err := f.Verify(ctx)
+	if err != nil || d.Kind != agent.DriftChanged || !strings.Contains(d.Detail, "192.0.2.200") {
+		t.Fatalf("Verify after a delta over a changed table: %+v %v", d, err)
+	}
+	loadWhole(t, ref, text)
+	if diff := listingDiff(normalizeListing(ref.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn")),
+		normalizeListing(gw.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"))); diff != "" {
+		t.Fatalf("after the repair: %s", diff)
 	}
 }
 
