@@ -74,6 +74,16 @@ func testGateway(dbTarget string, clients []string, sites ...site) *model.Gatewa
 	return g
 }
 
+// onHost moves the gateway to the host network, its reverse exposure's Service at serviceIP
+// (the maps rev_svc_dnat and rev_svc_snat).
+func onHost(serviceIP string, g *model.Gateway) *model.Gateway {
+	g.Endpoint = model.Endpoint{Kind: model.EndpointHostNetwork}
+	for i := range g.ReverseExposures {
+		g.ReverseExposures[i].ServiceIP = netip.MustParseAddr(serviceIP)
+	}
+	return g
+}
+
 // loadWhole loads a ruleset with `nft -f` in the namespace.
 func loadWhole(t testing.TB, ns *netns.NS, ruleset string) {
 	t.Helper()
@@ -130,6 +140,10 @@ func TestDeltaEqualsWholeLoad(t *testing.T) {
 		{"DNAT target changed", testGateway("192.0.2.21", clients, a, host, darkC, adj), pathDelta},
 		{"reverse clients and ports changed", testGateway("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
 			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, host, darkC, adj), pathDelta},
+		{"host network: structure changes", onHost("100.64.12.5", testGateway("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
+			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, host, darkC, adj)), pathFull},
+		{"host network: Service IP changed, peer added", onHost("100.64.12.6", testGateway("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
+			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, b, host, darkC, adj)), pathDelta},
 		{"reverse exposure gone: structure changes", testGateway("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, host, adj), pathFull},
 		{"every peer removed", testGateway("192.0.2.21", nil), pathDelta},
 		{"peers back", testGateway("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, b, wide), pathDelta},
