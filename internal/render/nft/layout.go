@@ -124,11 +124,8 @@ func Split(ruleset string) (Layout, error) {
 			// The block runs to the line ending in "}" (elements hold no braces; comment
 			// lines inside it are notes). Elements are cut out of the text as they stand.
 			part := strings.TrimPrefix(line, "elements = {")
-			start := len(all) - len(set.Elements) // a second block goes on from the first
-			if len(set.Elements) > 0 {
-				all = append(all, set.Elements...)
-				start = len(all) - len(set.Elements)
-			}
+			start := len(all)
+			all = append(all, set.Elements...) // a second block goes on from the first
 			for {
 				if at := strings.IndexByte(part, '#'); at >= 0 {
 					part = part[:at]

@@ -141,6 +141,16 @@ func TestSplitEdges(t *testing.T) {
 	if len(l.Counters) != 0 || len(l.Sets) != 0 || !strings.Contains(l.Structure, "10.0.0.1") {
 		t.Errorf("another table's contents split out: %+v", l)
 	}
+	// Two blocks of one set are one list; each set's list is its own.
+	l, err = Split("table ip bnerd_vpn {\n\tset s {\n\t\ttype ipv4_addr\n\t\telements = { 10.0.0.1,\n\t\t\t10.0.0.2 }\n" +
+		"\t\telements = { 10.0.0.3 }\n\t}\n\tset t {\n\t\ttype ipv4_addr\n\t\telements = { 10.0.0.9 }\n\t}\n}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = append(l.Sets[0].Elements, "10.0.0.4")
+	if got := fmt.Sprint(l.Sets[0].Elements, l.Sets[1].Elements); got != "[10.0.0.1 10.0.0.2 10.0.0.3] [10.0.0.9]" {
+		t.Errorf("elements %s", got)
+	}
 	for _, broken := range []string{
 		"table ip bnerd_vpn {\n\tset s {\n\t\ttype ipv4_addr\n",
 		"table ip bnerd_vpn {\n\tset s {\n\t\ttype ipv4_addr\n\t\telements = { 10.0.0.1,\n",
