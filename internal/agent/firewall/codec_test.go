@@ -141,3 +141,25 @@ func TestApplyToListing(t *testing.T) {
 		t.Errorf("%s\ngot:\n%s", diff, strings.Join(got, "\n"))
 	}
 }
+
+// A set's elements go in as many messages as they fill, each list within a netlink
+// attribute's 64 KiB.
+func TestDeltaMessagesChunked(t *testing.T) {
+	grants := nft.SetContents{Name: "fwd_grants", Type: "ipv4_addr . ipv4_addr . inet_proto . inet_service", Interval: true}
+	var add []string
+	for i := range 3000 {
+		add = append(add, fmt.Sprintf("100.96.%d.%d/30 . 100.64.7.10 . tcp . 443", i/64, i%64*4))
+	}
+	msgs, err := deltaMessages(nft.Delta{Sets: []nft.SetDelta{{Set: grants, Add: add}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) < 3 {
+		t.Fatalf("3,000 grants in %d messages", len(msgs))
+	}
+	for i, m := range msgs {
+		if len(m.Data) > 65535 {
+			t.Errorf("message %d carries %d bytes", i, len(m.Data))
+		}
+	}
+}

@@ -32,6 +32,9 @@ const (
 	// maxDeltaChanges bounds a delta: a larger one is loaded whole (nft -f), which costs the
 	// same whatever the change, and keeps every batch well inside a netlink socket's buffers.
 	maxDeltaChanges = 2000
+	// maxElementList is the most bytes of elements one message carries (its element list is
+	// one attribute, whose length has 16 bits).
+	maxElementList = 60000
 	// sendBuffer holds a batch of maxDeltaChanges changes (under 100 bytes each, encoded).
 	sendBuffer = 1 << 20
 )
@@ -259,38 +262,33 @@ func deltaMessages(d nft.Delta) ([]netlink.Message, error) {
 		if err != nil {
 			return err
 		}
-		var nl []nlElement
+		// The element list is one netlink attribute, at most 64 KiB: elements go in as many
+		// messages as they fill, an element's start and end always in the same one.
+		var chunks [][]byte
+		var chunk []byte
 		for _, e := range elems {
 			enc, err := c.encode(e, msgType == unix.NFT_MSG_DELSETELEM)
 			if err != nil {
 				return fmt.Errorf("set %s: %w", s.Set.Name, err)
 			}
-			nl = append(nl, enc...)
+			b, err := encodeElements(enc)
+			if err != nil {
+				return fmt.Errorf("set %s: %w", s.Set.Name, err)
+			}
+			if len(chunk) > 0 && len(chunk)+len(b) > maxElementList {
+				chunks, chunk = append(chunks, chunk), nil
+			}
+			chunk = append(chunk, b...)
 		}
-		return add(msgType, flags, func(ae *netlink.AttributeEncoder) {
-			ae.String(unix.NFTA_SET_ELEM_LIST_SET, s.Set.Name)
-			ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(list *netlink.AttributeEncoder) error {
-				for _, e := range nl {
-					list.Nested(unix.NFTA_LIST_ELEM, func(ne *netlink.AttributeEncoder) error {
-						if e.flags != 0 {
-							ne.Uint32(unix.NFTA_SET_ELEM_FLAGS, e.flags)
-						}
-						dataValue(ne, unix.NFTA_SET_ELEM_KEY, e.key)
-						if e.keyEnd != nil {
-							dataValue(ne, nftaSetElemKeyEnd, e.keyEnd)
-						}
-						if e.value != nil {
-							dataValue(ne, unix.NFTA_SET_ELEM_DATA, e.value)
-						}
-						if e.objref != "" {
-							ne.String(unix.NFTA_SET_ELEM_OBJREF, e.objref)
-						}
-						return nil
-					})
-				}
-				return nil
-			})
-		})
+		for _, list := range append(chunks, chunk) {
+			if err := add(msgType, flags, func(ae *netlink.AttributeEncoder) {
+				ae.String(unix.NFTA_SET_ELEM_LIST_SET, s.Set.Name)
+				ae.Do(unix.NFTA_SET_ELEM_LIST_ELEMENTS|netlink.Nested, func() ([]byte, error) { return list, nil })
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 
 	create := netlink.Create | netlink.Excl
@@ -315,6 +313,31 @@ func deltaMessages(d nft.Delta) ([]netlink.Message, error) {
 		}
 	}
 	return msgs, nil
+}
+
+// encodeElements returns the NFTA_LIST_ELEM attributes of elements, one after the other.
+func encodeElements(elements []nlElement) ([]byte, error) {
+	ae := netlink.NewAttributeEncoder()
+	ae.ByteOrder = binary.BigEndian
+	for _, e := range elements {
+		ae.Nested(unix.NFTA_LIST_ELEM, func(ne *netlink.AttributeEncoder) error {
+			if e.flags != 0 {
+				ne.Uint32(unix.NFTA_SET_ELEM_FLAGS, e.flags)
+			}
+			dataValue(ne, unix.NFTA_SET_ELEM_KEY, e.key)
+			if e.keyEnd != nil {
+				dataValue(ne, nftaSetElemKeyEnd, e.keyEnd)
+			}
+			if e.value != nil {
+				dataValue(ne, unix.NFTA_SET_ELEM_DATA, e.value)
+			}
+			if e.objref != "" {
+				ne.String(unix.NFTA_SET_ELEM_OBJREF, e.objref)
+			}
+			return nil
+		})
+	}
+	return ae.Encode()
 }
 
 func dataValue(ae *netlink.AttributeEncoder, typ uint16, value []byte) {

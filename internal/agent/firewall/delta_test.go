@@ -74,6 +74,14 @@ func testGateway(dbTarget string, clients []string, sites ...site) *model.Gatewa
 	return g
 }
 
+// regrant gives every site the grants (none: not authorized).
+func regrant(sites []site, grants []string) []site {
+	for i := range sites {
+		sites[i].grants, sites[i].dark = grants, grants == nil
+	}
+	return sites
+}
+
 // onHost moves the gateway to the host network, its reverse exposure's Service at serviceIP
 // (the maps rev_svc_dnat and rev_svc_snat).
 func onHost(serviceIP string, g *model.Gateway) *model.Gateway {
@@ -151,6 +159,9 @@ func TestDeltaEqualsWholeLoad(t *testing.T) {
 		// just under the limit of one batch.
 		{"many peers at once", testGateway("192.0.2.21", nil, append([]site{{name: "a", subnets: a.subnets, grants: a.grants}, b, wide}, benchSites(300)...)...), pathDelta},
 		{"too many at once: loaded whole", testGateway("192.0.2.21", nil, benchSites(800)...), pathFull},
+		{"1,200 peers without grants", testGateway("192.0.2.21", nil, regrant(benchSites(1200), nil)...), pathFull},
+		// 1,200 grants into one set: more than one message holds.
+		{"1,200 grants at once", testGateway("192.0.2.21", nil, regrant(benchSites(1200), []string{"db"})...), pathDelta},
 	}
 	for _, s := range steps {
 		text := render(t, s.gw)
@@ -176,7 +187,7 @@ func TestDeltaEqualsWholeLoad(t *testing.T) {
 	// A table changed behind a delta's back is found by the same check, and repaired by a
 	// whole load: an element slipped in, then a delta that does not touch it.
 	gw.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_grants", "{ 192.0.2.200 . 100.64.7.10 . tcp . 443 }")
-	text := render(t, testGateway("192.0.2.22", nil, benchSites(800)...))
+	text := render(t, testGateway("192.0.2.22", nil, regrant(benchSites(1200), []string{"db"})...))
 	if err := f.Apply(ctx, text); err != nil || f.last != pathDelta {
 		t.Fatalf("a delta over a changed table: %v, path %d", err, f.last)
 	}
