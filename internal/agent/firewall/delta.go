@@ -370,10 +370,19 @@ func transact(conn *netlink.Conn, msgs []netlink.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	size := 64
 	for i := range msgs {
 		msgs[i].Header.Flags &^= netlink.Acknowledge
+		size += 20 + len(msgs[i].Data)
 	}
 	msgs[len(msgs)-1].Header.Flags |= netlink.Acknowledge
+	// The batch is one datagram: room for it whatever the host's default (without the
+	// privilege to make room, a batch too large fails, and nothing is applied).
+	if raw, err := conn.SyscallConn(); err == nil {
+		_ = raw.Control(func(fd uintptr) {
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, max(size, sendBuffer))
+		})
+	}
 	sent, err := conn.SendMessages(batch(msgs))
 	if err != nil {
 		return fmt.Errorf("sending the nftables batch: %w", err)

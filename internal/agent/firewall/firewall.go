@@ -134,29 +134,30 @@ func (f *Firewall) delta(d nft.Delta) error {
 	if err != nil {
 		return err
 	}
+	conn, err := f.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return transact(conn, msgs)
+}
+
+// dial opens a netfilter netlink socket in the namespace nft works in.
+func (f *Firewall) dial() (*netlink.Conn, error) {
 	cfg := &netlink.Config{}
 	if f.NetNS != "" {
 		ns, err := os.Open(f.NetNS)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer ns.Close()
 		cfg.NetNS = int(ns.Fd())
 	}
 	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, cfg)
 	if err != nil {
-		return fmt.Errorf("netlink: %w", err)
+		return nil, fmt.Errorf("netlink: %w", err)
 	}
-	defer conn.Close()
-	// The batch is one datagram: room to spare for the largest (maxDeltaChanges changes,
-	// some 150 KB) whatever the host's default; should it still not fit, it fails and the
-	// ruleset is loaded whole.
-	if raw, err := conn.SyscallConn(); err == nil {
-		_ = raw.Control(func(fd uintptr) {
-			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sendBuffer)
-		})
-	}
-	return transact(conn, msgs)
+	return conn, nil
 }
 
 // Verify checks the table against the ruleset last applied and, when it is missing (deleted,
