@@ -1005,63 +1005,8 @@ func (l *lab) configureDeviceTo(s *labSite, gwKey wgtypes.Key, port uint16, remo
 // labSwanctlConf is the site's swanctl.conf: it initiates toward the gateway, remote_ts the
 // networks behind it.
 func labSwanctlConf(s *labSite, remote netip.Prefix) string {
-	return swanctlConf(ikeEnd{s.ext, s.name + ".example.com", append([]netip.Prefix{s.subnet}, s.claims...)},
-		ikeEnd{labGatewayAddr, labGatewayAddr.String(), []netip.Prefix{remote}}, s.psk, true)
-}
-
-// ikeEnd is one end of an IKE connection: its address, IKE identity and traffic selectors.
-type ikeEnd struct {
-	addr netip.Addr
-	id   string
-	ts   []netip.Prefix
-}
-
-// swanctlConf is a minimal PSK connection "gw" from local to remote (the lab's proposals);
-// the initiator starts it and restarts it on DPD, the other end only answers.
-func swanctlConf(local, remote ikeEnd, psk string, initiator bool) string {
-	start, dpd := "none", "clear"
-	if initiator {
-		start, dpd = "start", "restart"
-	}
-	return `connections {
-  gw {
-    version = 2
-    local_addrs = ` + local.addr.String() + `
-    remote_addrs = ` + remote.addr.String() + `
-    proposals = aes256gcm16-prfsha256-ecp256
-    dpd_delay = 1s
-    mobike = no
-    local { auth = psk
-            id = ` + local.id + ` }
-    remote { auth = psk
-             id = ` + remote.id + ` }
-    children {
-      net {
-        local_ts = ` + strings.Join(prefixStrings(local.ts), ", ") + `
-        remote_ts = ` + strings.Join(prefixStrings(remote.ts), ", ") + `
-        esp_proposals = aes256gcm16-ecp256
-        start_action = ` + start + `
-        dpd_action = ` + dpd + `
-      }
-    }
-  }
-}
-secrets {
-  ike-gw {
-    id-1 = ` + local.id + `
-    id-2 = ` + remote.id + `
-    secret = "` + psk + `"
-  }
-}
-`
-}
-
-func prefixStrings(ps []netip.Prefix) []string {
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = p.String()
-	}
-	return out
+	return charontest.PSKConf(charontest.End{Addr: s.ext, ID: s.name + ".example.com", TS: append([]netip.Prefix{s.subnet}, s.claims...)},
+		charontest.End{Addr: labGatewayAddr, ID: labGatewayAddr.String(), TS: []netip.Prefix{remote}}, s.psk, true)
 }
 
 // createPeer creates the site's VPNPeer granted the exposures (and, for IPsec, its PSK

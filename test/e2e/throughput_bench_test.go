@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
@@ -209,8 +210,8 @@ func (l *lab) clientBehind(s *labSite, short string) *netns.NS {
 func (l *lab) configureByHand(s *labSite, lan netip.Prefix) {
 	l.tb.Helper()
 	if l.proto == vpnv1.ProtocolIPsec {
-		if err := l.gwCharon.LoadSwanctlConf(swanctlConf(ikeEnd{labGatewayAddr, labGatewayAddr.String(), []netip.Prefix{lan}},
-			ikeEnd{s.ext, s.name + ".example.com", []netip.Prefix{s.subnet}}, s.psk, false)); err != nil {
+		if err := l.gwCharon.LoadSwanctlConf(charontest.PSKConf(charontest.End{Addr: labGatewayAddr, ID: labGatewayAddr.String(), TS: []netip.Prefix{lan}},
+			charontest.End{Addr: s.ext, ID: s.name + ".example.com", TS: []netip.Prefix{s.subnet}}, s.psk, false)); err != nil {
 			l.tb.Fatal(err)
 		}
 		l.configureDeviceTo(s, l.gwKey, 0, lan)
