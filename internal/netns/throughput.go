@@ -14,8 +14,9 @@ type TCPResult struct {
 	Sent, Received int64
 	// BitsPerSecond is the rate the receiver measured.
 	BitsPerSecond float64
-	// MSS is the client's TCP maximum segment size on the test's control connection
-	// (iperf3's tcp_mss_default), after the SYN's MSS option has met any clamp on the path.
+	// MSS is the client's TCP maximum segment size on the test's control connection when the
+	// test started (iperf3's tcp_mss_default): what the SYNs' MSS options agreed after any
+	// clamp on the path, not what path MTU discovery found later.
 	MSS int
 }
 
