@@ -25,22 +25,23 @@ func (r TCPResult) Mbits() float64 { return r.BitsPerSecond / 1e6 }
 
 // Iperf3 runs an iperf3 TCP client in the namespace against server (an iperf3 -s) with args
 // (e.g. "-t", "2", "-O", "1" for a timed test, "-n", "8M", "-R" for a fixed download) and
-// returns what it reported. The first connection is retried for up to 10 s (a tunnel that is
-// just coming up); a test that starts but does not finish within CommandTimeout is an error.
+// returns what it reported. A test that fails (exit status, or an error in its report) is
+// retried for up to 10 s (a tunnel that is just coming up); one that starts but does not
+// finish within CommandTimeout is an error.
 func (n *NS) Iperf3(server string, args ...string) (TCPResult, error) {
-	var out string
+	var res TCPResult
 	err := Eventually(10*time.Second, func() error {
-		var stderr string
-		var err error
-		out, stderr, err = n.Exec("", append([]string{"iperf3", "-c", server, "-J", "--connect-timeout", "1000"}, args...)...)
-		if err != nil {
+		out, stderr, err := n.Exec("", append([]string{"iperf3", "-c", server, "-J", "--connect-timeout", "1000"}, args...)...)
+		if err != nil || iperfError(out) != "" {
 			return fmt.Errorf("iperf3 -c %s %s: %v: %s%s", server, strings.Join(args, " "), err, stderr, iperfError(out))
 		}
-		return nil
+		res, err = parseIperf3(out)
+		return err
 	})
-	if err != nil {
-		return TCPResult{}, err
-	}
+	return res, err
+}
+
+func parseIperf3(out string) (TCPResult, error) {
 	var res struct {
 		Start struct {
 			MSS int `json:"tcp_mss_default"`
