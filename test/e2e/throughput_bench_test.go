@@ -31,10 +31,11 @@ import (
 const goalThroughputRatio = 0.95
 
 const (
-	iperfPort       = 5201
+	iperfPort       = 5201 // the exposure's, and the agent's rounds' server
+	handIperfPort   = 5202 // the hand rounds' own server: one server's end of a test never meets the other's start
 	handWGPort      = 51830
 	throughputRound = "2" // seconds measured per round (after one omitted)
-	throughputRuns  = 3   // rounds per variant, alternating; the best counts (machine noise only ever slows)
+	throughputRuns  = 5   // rounds per variant, alternating; the best counts (machine noise only ever slows)
 	bulkBytes       = 8 << 20
 )
 
@@ -64,7 +65,8 @@ func benchThroughput(b *testing.B, proto vpnv1.Protocol) {
 	}
 	l := newLab(b, proto, uniqueNamespace("e2e-tput-"+strings.ToLower(string(proto))), "btp")
 	bulkVIP := l.addExposure("bulk", iperfPort)
-	l.lan.Start("iperf3", "-s", "-B", labBackend.String())
+	l.lan.Start("iperf3", "-s", "-B", labBackend.String(), "-p", strconv.Itoa(iperfPort))
+	l.lan.Start("iperf3", "-s", "-B", labBackend.String(), "-p", strconv.Itoa(handIperfPort))
 	lanNet := netip.MustParsePrefix(labGatewayLAN).Masked()
 	gwLAN := netip.MustParsePrefix(labGatewayLAN).Addr()
 	// The hand-configured tunnel routes the sites' subnets as they are (no masquerade).
@@ -109,9 +111,10 @@ func benchThroughput(b *testing.B, proto vpnv1.Protocol) {
 			proto, agentMTU.fragments, agentMTU.tooBig, agentMTU.where)
 	}
 
-	// Rounds alternate between the two, so the machine's load hits both alike: the agent is
-	// killed (as a crash would: nothing is torn down, its configuration stays in force), and
-	// its ruleset is taken out for each hand round and put back, as it was, for each agent round.
+	// Rounds alternate between the two, so the machine's load hits both alike, and so does the
+	// order within a round: the agent is killed (as a crash would: nothing is torn down, its
+	// configuration stays in force), and its ruleset is taken out for each hand measurement and
+	// put back, as it was, for each agent measurement.
 	full := l.gw.MustRun("nft", "list", "table", nft.Family, nft.Table)
 	if err := agent.Signal(syscall.SIGKILL); err != nil {
 		b.Fatal(err)
@@ -123,16 +126,34 @@ func benchThroughput(b *testing.B, proto vpnv1.Protocol) {
 		return nil
 	})
 	var handRate, agentRate float64
+	loaded := true
+	measureHand := func() {
+		if loaded {
+			l.gw.MustRun("nft", "delete", "table", nft.Family, nft.Table)
+			loaded = false
+		}
+		handRate = max(handRate, handPath.rate(b, labBackend.String(), handIperfPort))
+	}
+	measureAgent := func() {
+		if !loaded {
+			if out, err := l.gw.RunInput(full, "nft", "-f", "-"); err != nil {
+				b.Fatalf("restoring the agent's ruleset: %v\n%s", err, out)
+			}
+			if again, err := l.nftTable(); err != nil || again != ruleset {
+				b.Fatalf("the restored ruleset differs from the agent's (%v):\n%s", err, again)
+			}
+			loaded = true
+		}
+		agentRate = max(agentRate, agentPath.rate(b, bulkVIP.String(), iperfPort))
+	}
 	for i := 0; i < throughputRuns; i++ {
-		l.gw.MustRun("nft", "delete", "table", nft.Family, nft.Table)
-		handRate = max(handRate, handPath.rate(b, labBackend.String()))
-		if out, err := l.gw.RunInput(full, "nft", "-f", "-"); err != nil {
-			b.Fatalf("restoring the agent's ruleset: %v\n%s", err, out)
+		if i%2 == 0 {
+			measureHand()
+			measureAgent()
+		} else {
+			measureAgent()
+			measureHand()
 		}
-		if again, err := l.nftTable(); err != nil || again != ruleset {
-			b.Fatalf("the restored ruleset differs from the agent's (%v):\n%s", err, again)
-		}
-		agentRate = max(agentRate, agentPath.rate(b, bulkVIP.String()))
 	}
 
 	ratio := agentRate / handRate
@@ -284,9 +305,9 @@ func (p tputPath) bulk(tb testing.TB, echo string) bulkResult {
 }
 
 // rate is one timed iperf3 round from the client, in Mbit/s.
-func (p tputPath) rate(tb testing.TB, server string) float64 {
+func (p tputPath) rate(tb testing.TB, server string, port int) float64 {
 	tb.Helper()
-	res, err := p.client.Iperf3(server, "-t", throughputRound, "-O", "1")
+	res, err := p.client.Iperf3(server, "-p", strconv.Itoa(port), "-t", throughputRound, "-O", "1")
 	if err != nil {
 		tb.Fatal(err)
 	}
