@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
@@ -262,7 +264,6 @@ func (p *path) wireGuard() {
 		mode = wireguard.ModeUserspace
 	}
 	siteKey, gwKey := wgtest.NewKey(t), wgtest.NewKey(t)
-	ref := model.SecretKeyRef{Name: "wg", Key: "privateKey"}
 	// wireguard-go's UAPI sockets are per machine: the site's device is named per variant.
 	gw := wgtest.Start(t, p.gw, wgtest.Options{InterfaceName: nft.WireGuardInterface, Mode: mode})
 	site := wgtest.Start(t, p.site, wgtest.Options{InterfaceName: wgtest.UniqueInterfaceName("site"), Mode: mode})
@@ -270,20 +271,18 @@ func (p *path) wireGuard() {
 		t.Fatalf("%s: devices run %s / %s, want %s", p.variant, gw.Mode, site.Mode, mode)
 	}
 	p.src = netip.MustParseAddr("203.0.113.2")
-	if err := gw.Apply(&rwg.Config{
-		Interface: rwg.Interface{ListenPort: 51820, Address: netip.PrefixFrom(gwService, serviceCIDR.Bits()), MTU: 1420, PrivateKey: ref},
-		Peers: []rwg.Peer{{Name: "site", PublicKey: siteKey.PublicKey().String(), AllowedIPs: []netip.Prefix{siteSubnet},
-			Endpoint: siteOuter + ":51821"}},
-	}, wgtest.Secrets{ref: []byte(gwKey.String())}); err != nil {
-		t.Fatalf("%s: gateway device: %v\n%s", p.variant, err, gw.Log())
+	// One end: its device listens on port with address, and tunnels to the other end's key.
+	end := func(n *wgtest.Node, key, peer wgtypes.Key, port uint16, addr netip.Prefix, allowed netip.Prefix, endpoint string) {
+		ref := model.SecretKeyRef{Name: "wg", Key: "privateKey"}
+		if err := n.Apply(&rwg.Config{
+			Interface: rwg.Interface{ListenPort: port, Address: addr, MTU: 1420, PrivateKey: ref},
+			Peers:     []rwg.Peer{{Name: "peer", PublicKey: peer.PublicKey().String(), AllowedIPs: []netip.Prefix{allowed}, Endpoint: endpoint}},
+		}, wgtest.Secrets{ref: []byte(key.String())}); err != nil {
+			t.Fatalf("%s: %s's device: %v\n%s", p.variant, n.NS.Name, err, n.Log())
+		}
 	}
-	if err := site.Apply(&rwg.Config{
-		Interface: rwg.Interface{ListenPort: 51821, Address: netip.PrefixFrom(p.src, siteSubnet.Bits()), MTU: 1420, PrivateKey: ref},
-		Peers: []rwg.Peer{{Name: "gw", PublicKey: gwKey.PublicKey().String(), AllowedIPs: []netip.Prefix{serviceCIDR},
-			Endpoint: gwOuter + ":51820"}},
-	}, wgtest.Secrets{ref: []byte(siteKey.String())}); err != nil {
-		t.Fatalf("%s: site device: %v\n%s", p.variant, err, site.Log())
-	}
+	end(gw, gwKey, siteKey, 51820, netip.PrefixFrom(gwService, serviceCIDR.Bits()), siteSubnet, siteOuter+":51821")
+	end(site, siteKey, gwKey, 51821, netip.PrefixFrom(p.src, siteSubnet.Bits()), serviceCIDR, gwOuter+":51820")
 	p.loadRuleset(gateway(model.ProtocolWireGuard), false)
 	p.check = func() {
 		link := p.gw.MustRun("ip", "-d", "link", "show", nft.WireGuardInterface)
