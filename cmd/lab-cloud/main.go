@@ -1,0 +1,148 @@
+// Command lab-cloud is the lab's OpenStack: it serves the in-repo Neutron/Keystone
+// (internal/cloud/openstack/neutronfake) over HTTP and plays the cloud's L3 agent, programming
+// a "cloud router" network namespace from Neutron's state (internal/labcloud). It is lab
+// tooling, built on its own: neither the operator nor the gateway agent links it.
+//
+// It creates a provider network (ports' fixed IPs; its gateway address goes on the router's
+// provider link) and an external network (floating IPs), writes a clouds.yaml with a fresh
+// password for the operator (mode 0600, never printed), prints the networks' IDs as one JSON
+// line on stdout, and serves an admin API (faults, quotas, state) on its own address.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/zapr"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
+	"github.com/bnerd/bnerd-vpn-operator/internal/labcloud"
+)
+
+// Networks is the JSON line printed on stdout once the cloud serves.
+type Networks struct {
+	AuthURL           string `json:"auth_url"`
+	Admin             string `json:"admin"`
+	ProviderNetworkID string `json:"provider_network_id"`
+	ProviderSubnetID  string `json:"provider_subnet_id"`
+	ProviderGateway   string `json:"provider_gateway"`
+	FloatingNetworkID string `json:"floating_network_id"`
+	FloatingNetwork   string `json:"floating_network"`
+}
+
+func main() {
+	if err := command().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func command() *cobra.Command {
+	var (
+		listen, url, adminListen, cloudsYAML, cloudName string
+		routerNetns, clientLink, providerLink           string
+		providerCIDR, fipCIDR, fipNetwork               string
+	)
+	cmd := &cobra.Command{
+		Use:          "lab-cloud",
+		Short:        "Serve the in-repo Neutron/Keystone and program a cloud router namespace from it (lab only)",
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			zl, err := zap.NewDevelopment()
+			if err != nil {
+				return err
+			}
+			log := zapr.NewLogger(zl)
+			provider, err := netip.ParsePrefix(providerCIDR)
+			if err != nil {
+				return fmt.Errorf("--provider-cidr: %w", err)
+			}
+			if _, err := netip.ParsePrefix(fipCIDR); err != nil {
+				return fmt.Errorf("--floating-cidr: %w", err)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+
+			l, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			c := neutronfake.Serve(l, url)
+			defer c.Close()
+			pw := make([]byte, 24)
+			if _, err := rand.Read(pw); err != nil {
+				return err
+			}
+			password := hex.EncodeToString(pw)
+			c.AddUser("vpn-operator", password)
+			out := Networks{AuthURL: c.AuthURL(), FloatingNetwork: fipNetwork}
+			out.FloatingNetworkID, _ = c.AddNetwork(fipNetwork, true, fipCIDR)
+			out.ProviderNetworkID, out.ProviderSubnetID = c.AddNetwork("provider", false, provider.String())
+			gw := netip.PrefixFrom(provider.Masked().Addr().Next(), provider.Bits())
+			out.ProviderGateway = gw.Addr().String()
+			if cloudsYAML != "" {
+				doc := fmt.Sprintf("clouds:\n  %s:\n    auth:\n      auth_url: %s\n      username: vpn-operator\n      password: '%s'\n      project_name: vpn\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: RegionOne\n    interface: public\n",
+					cloudName, c.AuthURL(), password)
+				if err := os.WriteFile(cloudsYAML, []byte(doc), 0o600); err != nil {
+					return err
+				}
+			}
+
+			al, err := net.Listen("tcp", adminListen)
+			if err != nil {
+				return err
+			}
+			out.Admin = "http://" + al.Addr().String()
+			admin := &http.Server{Handler: labcloud.Admin(c), ReadHeaderTimeout: 10 * time.Second}
+			go func() {
+				if err := admin.Serve(al); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					log.Error(err, "admin API")
+				}
+			}()
+			defer admin.Close()
+
+			if routerNetns != "" {
+				r := &labcloud.Router{Netns: routerNetns, Links: labcloud.Links{Client: clientLink, Provider: providerLink}, Log: log}
+				if err := r.Setup(gw); err != nil {
+					return err
+				}
+				defer func() {
+					if err := r.Teardown(); err != nil {
+						log.Error(err, "removing the router's table")
+					}
+				}()
+				go r.Run(ctx, c, 2*time.Second)
+			}
+			if err := json.NewEncoder(cmd.OutOrStdout()).Encode(out); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:9696", "address the Keystone/Neutron API listens on")
+	f.StringVar(&url, "url", "", "URL clients reach the API at (the service catalog's endpoint); http://<listen> when empty")
+	f.StringVar(&adminListen, "admin-listen", "127.0.0.1:9697", "address of the admin API (POST/DELETE /faults, POST /quota, GET /state)")
+	f.StringVar(&cloudsYAML, "clouds-yaml", "", "write the operator's clouds.yaml here (mode 0600)")
+	f.StringVar(&cloudName, "cloud", "lab", "name of the cloud in the clouds.yaml")
+	f.StringVar(&routerNetns, "router-netns", "", "network namespace to program as the cloud router (empty: API only)")
+	f.StringVar(&clientLink, "client-link", "client", "the router's link toward the client sites")
+	f.StringVar(&providerLink, "provider-link", "provider", "the router's link on the provider network (gets the subnet's gateway address)")
+	f.StringVar(&providerCIDR, "provider-cidr", "198.51.100.0/24", "the provider network's subnet (ports' fixed IPs; its first address is the router's)")
+	f.StringVar(&fipCIDR, "floating-cidr", "203.0.113.0/24", "the external network's subnet (floating IPs)")
+	f.StringVar(&fipNetwork, "floating-network", "public", "name of the external network (a gateway's floatingIPPool)")
+	return cmd
+}
