@@ -3,6 +3,7 @@ module github.com/bnerd/bnerd-vpn-operator
 go 1.26.0
 
 require (
+	github.com/containernetworking/cni v1.3.0
 	github.com/go-logr/logr v1.4.3
 	github.com/go-logr/zapr v1.3.0
 	github.com/gophercloud/gophercloud/v2 v2.16.0

@@ -21,6 +21,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -144,5 +145,53 @@ func command() *cobra.Command {
 	f.StringVar(&providerCIDR, "provider-cidr", "198.51.100.0/24", "the provider network's subnet (ports' fixed IPs; its first address is the router's)")
 	f.StringVar(&fipCIDR, "floating-cidr", "203.0.113.0/24", "the external network's subnet (floating IPs)")
 	f.StringVar(&fipNetwork, "floating-network", "public", "name of the external network (a gateway's floatingIPPool)")
+	cmd.AddCommand(cniCommand("add"), cniCommand("del"))
+	return cmd
+}
+
+// cniCommand is "lab-cloud cni-add|cni-del": Multus' dispatch of one NetworkAttachmentDefinition
+// config into a pod's namespace as net1 (internal/labcloud.Attacher).
+func cniCommand(verb string) *cobra.Command {
+	var (
+		a                labcloud.Attacher
+		pod              labcloud.Pod
+		config, confFile string
+	)
+	cmd := &cobra.Command{
+		Use:          "cni-" + verb,
+		Short:        "CNI " + strings.ToUpper(verb) + " of a NetworkAttachmentDefinition's config (spec.config, unchanged) into a pod's network namespace as net1, as Multus does",
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if confFile != "" {
+				b, err := os.ReadFile(confFile)
+				if err != nil {
+					return err
+				}
+				config = string(b)
+			}
+			if config == "" || pod.NetNS == "" || pod.ContainerID == "" {
+				return errors.New("--config or --config-file, --netns and --container-id are required")
+			}
+			if verb == "del" {
+				return a.Del(cmd.Context(), config, pod)
+			}
+			res, err := a.Add(cmd.Context(), config, pod)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&config, "config", "", "the CNI config (a NAD's spec.config)")
+	f.StringVar(&confFile, "config-file", "", "read the CNI config from this file")
+	f.StringVar(&pod.NetNS, "netns", "", "path of the pod's network namespace (CNI_NETNS)")
+	f.StringVar(&pod.ContainerID, "container-id", "", "the pod sandbox's ID (CNI_CONTAINERID)")
+	f.StringVar(&pod.Namespace, "pod-namespace", "", "K8S_POD_NAMESPACE")
+	f.StringVar(&pod.Name, "pod-name", "", "K8S_POD_NAME")
+	f.StringVar(&pod.UID, "pod-uid", "", "K8S_POD_UID")
+	f.StringSliceVar(&a.PluginDirs, "cni-path", labcloud.DefaultPluginDirs, "CNI_PATH")
+	f.StringVar(&a.CacheDir, "cache-dir", "", "libcni's result cache (default /var/lib/cni)")
+	f.StringVar(&a.NodeNetns, "node-netns", "", "run the plugins in this network namespace (the node's), not the caller's")
 	return cmd
 }

@@ -112,6 +112,7 @@ func gatewayRequest() cloud.Request {
 // topology is client — router — provider ("port": the stand-in for the port's namespace), the
 // router programmed by the lab cloud's L3 agent until the test ends.
 type topology struct {
+	run                  *netns.Run
 	client, router, port *netns.NS
 	r                    *labcloud.Router
 }
@@ -120,7 +121,7 @@ func newTopology(t *testing.T, c *labCloud) *topology {
 	t.Helper()
 	netns.Skip(t, "nft", "socat")
 	run := netns.NewRun(t, "lcr")
-	tp := &topology{client: run.NS("client"), router: run.NS("router"), port: run.NS("port")}
+	tp := &topology{run: run, client: run.NS("client"), router: run.NS("router"), port: run.NS("port")}
 	netns.VethAddr(tp.client, "c0", clientAddr+"/30", tp.router, "client", "100.64.7.1/30")
 	netns.Veth(tp.router, "provider", tp.port, "p0")
 	tp.client.MustRun("ip", "route", "add", "203.0.113.0/24", "via", "100.64.7.1")
