@@ -147,6 +147,10 @@ func (e *Engine) Apply(ctx context.Context, u Update) error {
 		if err := ensureLocalAddress(nil, u.Bundle.Model); err != nil {
 			return err
 		}
+		// The tunnels bind to the uplink's address: nothing is loaded before it is there.
+		if err := ensureUplink(nil, u.Bundle.Model); err != nil {
+			return err
+		}
 	}
 	if err := e.Driver.Apply(ctx, u.Bundle, u.Secrets); err != nil {
 		return fmt.Errorf("%s dataplane: %w", u.Bundle.Model.Protocol, err)

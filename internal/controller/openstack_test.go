@@ -113,6 +113,23 @@ func TestOpenStackEndpointThroughOperator(t *testing.T) {
 		t.Fatalf("cloud resources after Ensure: %+v", inv)
 	}
 	waitCondition(t, gw, vpnv1.ConditionRendered, metav1.ConditionTrue, "Applied")
+	// The agent learns the port as the uplink its tunnels bind to and answer through.
+	var port neutronfake.Port
+	for _, p := range fake.PortList() {
+		if strings.Contains(strings.Join(p.Tags, ","), string(gw.UID)) || strings.Contains(p.Name, string(gw.UID)) {
+			port = p
+		}
+	}
+	if len(port.FixedIPs) == 0 {
+		t.Fatalf("no port of the gateway in %+v", fake.PortList())
+	}
+	m, err := renderedModel(ctx, ns, "fip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := m.Uplink; u == nil || u.Interface != cloud.NetworkAttachmentInterface || u.Address.String() != port.FixedIPs[0].IPAddress+"/24" || u.Gateway.String() != "100.100.0.1" {
+		t.Fatalf("rendered uplink %+v, want net1 with the port's %s/24 via 100.100.0.1", u, port.FixedIPs[0].IPAddress)
+	}
 	nad := &unstructured.Unstructured{}
 	nad.SetAPIVersion("k8s.cni.cncf.io/v1")
 	nad.SetKind("NetworkAttachmentDefinition")

@@ -97,6 +97,6 @@ func (p *Provider) renderAttachment(req cloud.Request, portID, mac, ip string, s
 	}
 	return &cloud.NetworkAttachment{
 		Name: d.Name, Namespace: d.Namespace, Config: compact.String(),
-		PortID: portID, MAC: mac, FixedIP: ip,
+		PortID: portID, MAC: mac, FixedIP: ip, Address: d.Address, GatewayIP: sub.GatewayIP,
 	}, nil
 }

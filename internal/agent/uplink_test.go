@@ -1,0 +1,159 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+)
+
+const (
+	uplinkPortAddr = "198.51.100.2"
+	uplinkClient   = "100.64.7.2"
+)
+
+// counterPackets reads a named nft counter in ns.
+func counterPackets(t *testing.T, ns *netns.NS, name string) int {
+	t.Helper()
+	out := ns.MustRun("nft", "list", "counter", "inet", "probe", name)
+	m := regexp.MustCompile(`packets (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("counter %s: %s", name, out)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// askUDP sends one datagram from ns and returns the answer ("" when none came within a second).
+func askUDP(ns *netns.NS, addr string, port int) string {
+	out, _, _ := ns.Exec("ping\n", "socat", "-T1", "-", fmt.Sprintf("UDP4:%s:%d", addr, port))
+	return strings.TrimSpace(out)
+}
+
+// In real namespaces, a pod with two default paths: eth0 toward the cluster (its default
+// route) and net1, the cloud port, toward the provider network's gateway, behind which the
+// client site is. Without the uplink's policy routing, answers from the port's address leave
+// through eth0 and never reach the client; with it, they leave through net1 (nft counters on
+// both interfaces, in the pod's output path) and the client gets them. Until net1 is there the
+// agent waits; without an uplink the rule and table go again.
+func TestUplinkRepliesLeaveThroughNet1(t *testing.T) {
+	netns.Skip(t, "nft", "socat")
+	run := netns.NewRun(t, "bvup")
+	pod, cluster, provider, client := run.NS("pod"), run.NS("cluster"), run.NS("provider"), run.NS("client")
+	netns.VethAddr(pod, "eth0", "100.64.20.2/24", cluster, "c0", "100.64.20.1/24")
+	pod.MustRun("ip", "route", "add", "default", "via", "100.64.20.1")
+	netns.VethAddr(provider, "client", "100.64.7.1/30", client, "c0", uplinkClient+"/30")
+	client.MustRun("ip", "route", "add", "198.51.100.0/24", "via", "100.64.7.1")
+	provider.Sysctl("net.ipv4.ip_forward", "1")
+
+	nsh, err := vnetns.GetFromName(pod.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsh.Close()
+	h, err := netlink.NewHandleAt(nsh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	m := &model.Gateway{Uplink: &model.Uplink{Interface: "net1", Address: netip.MustParsePrefix(uplinkPortAddr + "/24"), Gateway: netip.MustParseAddr("198.51.100.1")}}
+
+	// The gateway waits for net1.
+	if err := ensureUplink(h, m); !errors.Is(err, errUplinkMissing) {
+		t.Fatalf("without net1: %v, want it to wait", err)
+	}
+	netns.Veth(pod, "net1", provider, "p0")
+	provider.MustRun("ip", "addr", "add", "198.51.100.1/24", "dev", "p0")
+	if err := ensureUplink(h, m); !errors.Is(err, errUplinkMissing) {
+		t.Fatalf("net1 without its address: %v, want it to wait", err)
+	}
+	pod.MustRun("ip", "addr", "add", uplinkPortAddr+"/24", "dev", "net1")
+
+	if out, err := pod.RunInput(`table inet probe {
+  counter via_eth0 {}
+  counter via_net1 {}
+  chain out {
+    type filter hook output priority 0; policy accept;
+    ip saddr `+uplinkPortAddr+` udp sport 500 oifname "eth0" counter name "via_eth0"
+    ip saddr `+uplinkPortAddr+` udp sport 500 oifname "net1" counter name "via_net1"
+  }
+}
+`, "nft", "-f", "-"); err != nil {
+		t.Fatalf("nft: %v\n%s", err, out)
+	}
+	pod.Start("socat", "-T2", "UDP4-LISTEN:500,bind="+uplinkPortAddr+",fork,reuseaddr", "SYSTEM:echo ike-$SOCAT_PEERADDR")
+	want := "ike-" + uplinkClient
+
+	// Without the policy routing the answer takes the default route: eth0, lost.
+	if err := netns.Eventually(10*time.Second, func() error {
+		if got := askUDP(client, uplinkPortAddr, 500); got != "" {
+			return fmt.Errorf("answered %q through eth0", got)
+		}
+		if counterPackets(t, pod, "via_eth0") == 0 {
+			return errors.New("no answer left through eth0 yet")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eth0, net1 := counterPackets(t, pod, "via_eth0"), counterPackets(t, pod, "via_net1")
+	t.Logf("without the uplink's routing: no answer; answers via eth0 %d, via net1 %d", eth0, net1)
+	if net1 != 0 {
+		t.Fatalf("answers left through net1 without the routing: %d", net1)
+	}
+
+	if err := ensureUplink(h, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := ensureUplink(h, m); err != nil { // again: nothing changes
+		t.Fatal(err)
+	}
+	rules := pod.MustRun("ip", "rule", "show")
+	table := pod.MustRun("ip", "route", "show", "table", strconv.Itoa(UplinkTable))
+	t.Logf("rules:\n%stable %d:\n%s", rules, UplinkTable, table)
+	if strings.Count(rules, "from "+uplinkPortAddr+" lookup "+strconv.Itoa(UplinkTable)) != 1 || !strings.Contains(table, "default via 198.51.100.1 dev net1") {
+		t.Fatalf("want one rule from %s and a default route via net1", uplinkPortAddr)
+	}
+	const n = 5
+	for i := 0; i < n; i++ { // socat re-opens its socket after each fork: a request may find none
+		if err := netns.Eventually(10*time.Second, func() error {
+			if got := askUDP(client, uplinkPortAddr, 500); got != want {
+				return fmt.Errorf("with the uplink's routing, request %d: answer %q, want %q", i+1, got, want)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eth0After, net1After := counterPackets(t, pod, "via_eth0"), counterPackets(t, pod, "via_net1")
+	t.Logf("with the uplink's routing: %d/%d answered; answers via eth0 %d (+%d), via net1 %d (+%d)", n, n, eth0After, eth0After-eth0, net1After, net1After-net1)
+	if eth0After != eth0 || net1After-net1 < n {
+		t.Fatalf("answers via eth0 +%d, via net1 +%d: want 0 and at least %d", eth0After-eth0, net1After-net1, n)
+	}
+
+	// A new address (a new port) replaces the rule; no uplink removes rule and table.
+	m2 := &model.Gateway{Uplink: &model.Uplink{Interface: "net1", Address: netip.MustParsePrefix("198.51.100.3/24"), Gateway: netip.MustParseAddr("198.51.100.1")}}
+	pod.MustRun("ip", "addr", "add", "198.51.100.3/24", "dev", "net1")
+	if err := ensureUplink(h, m2); err != nil {
+		t.Fatal(err)
+	}
+	if rules := pod.MustRun("ip", "rule", "show"); strings.Contains(rules, uplinkPortAddr) || !strings.Contains(rules, "from 198.51.100.3 lookup") {
+		t.Fatalf("rules after the address changed:\n%s", rules)
+	}
+	if err := ensureUplink(h, &model.Gateway{}); err != nil {
+		t.Fatal(err)
+	}
+	if rules, table := pod.MustRun("ip", "rule", "show"), pod.MustRun("ip", "route", "show", "table", strconv.Itoa(UplinkTable)); strings.Contains(rules, "lookup "+strconv.Itoa(UplinkTable)) || strings.TrimSpace(table) != "" {
+		t.Fatalf("without an uplink, left behind:\n%s\n%s", rules, table)
+	}
+}
