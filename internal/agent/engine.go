@@ -148,7 +148,7 @@ func (e *Engine) Apply(ctx context.Context, u Update) error {
 			return err
 		}
 		// The tunnels bind to the uplink's address: nothing is loaded before it is there.
-		if err := ensureUplink(nil, u.Bundle.Model); err != nil {
+		if err := EnsureUplink(nil, u.Bundle.Model); err != nil {
 			return err
 		}
 	}

@@ -18,19 +18,19 @@ const (
 	UplinkRulePriority = 2150
 )
 
-// errUplinkMissing: the uplink (the pod's second NIC, which Multus adds) is not there yet.
-var errUplinkMissing = errors.New("the uplink is not attached yet")
+// ErrUplinkMissing: the uplink (the pod's second NIC, which Multus adds) is not there yet.
+var ErrUplinkMissing = errors.New("the uplink is not attached yet")
 
-// ensureUplink sets up the return path of a gateway whose tunnels use a second NIC (a cloud
+// EnsureUplink sets up the return path of a gateway whose tunnels use a second NIC (a cloud
 // port, model.Uplink): every packet from the port's address — IKE and ESP of charon bound to
 // it, WireGuard's answers to peers that reached it — leaves through that NIC toward the
 // subnet's gateway, not through the pod's default route (eth0, where the cloud's router would
 // never see it or would drop it as spoofed). A rule "from <address> lookup UplinkTable" and a
 // table holding the subnet and a default route via the gateway on the NIC. Until the NIC is
-// there with its address it returns an error wrapping errUplinkMissing, so the agent binds
+// there with its address it returns an error wrapping ErrUplinkMissing, so the agent binds
 // nothing before it (the engine retries). Without an uplink, the rule and table are removed.
-// h nil: the agent's namespace.
-func ensureUplink(h *netlink.Handle, m *model.Gateway) error {
+// h nil: the agent's namespace. (Exported for the lab cloud's end-to-end test.)
+func EnsureUplink(h *netlink.Handle, m *model.Gateway) error {
 	if h == nil {
 		h = &netlink.Handle{}
 	}
@@ -64,7 +64,7 @@ func ensureUplink(h *netlink.Handle, m *model.Gateway) error {
 		if err != nil {
 			var nf netlink.LinkNotFoundError
 			if errors.As(err, &nf) {
-				return fmt.Errorf("waiting for %s: %w", u.Interface, errUplinkMissing)
+				return fmt.Errorf("waiting for %s: %w", u.Interface, ErrUplinkMissing)
 			}
 			return fmt.Errorf("finding the uplink %s: %w", u.Interface, err)
 		}
@@ -79,7 +79,7 @@ func ensureUplink(h *netlink.Handle, m *model.Gateway) error {
 			found = found || netip.PrefixFrom(ip.Unmap(), ones) == u.Address
 		}
 		if !found {
-			return fmt.Errorf("waiting for %s on %s: %w", u.Address, u.Interface, errUplinkMissing)
+			return fmt.Errorf("waiting for %s on %s: %w", u.Address, u.Interface, ErrUplinkMissing)
 		}
 		if err := h.LinkSetUp(link); err != nil {
 			return fmt.Errorf("setting %s up: %w", u.Interface, err)

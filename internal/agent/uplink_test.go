@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,18 +20,6 @@ const (
 	uplinkPortAddr = "198.51.100.2"
 	uplinkClient   = "100.64.7.2"
 )
-
-// counterPackets reads a named nft counter in ns.
-func counterPackets(t *testing.T, ns *netns.NS, name string) int {
-	t.Helper()
-	out := ns.MustRun("nft", "list", "counter", "inet", "probe", name)
-	m := regexp.MustCompile(`packets (\d+)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("counter %s: %s", name, out)
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
 
 // askUDP sends one datagram from ns and returns the answer ("" when none came within a second).
 func askUDP(ns *netns.NS, addr string, port int) string {
@@ -69,28 +56,17 @@ func TestUplinkRepliesLeaveThroughNet1(t *testing.T) {
 	m := &model.Gateway{Uplink: &model.Uplink{Interface: "net1", Address: netip.MustParsePrefix(uplinkPortAddr + "/24"), Gateway: netip.MustParseAddr("198.51.100.1")}}
 
 	// The gateway waits for net1.
-	if err := ensureUplink(h, m); !errors.Is(err, errUplinkMissing) {
+	if err := EnsureUplink(h, m); !errors.Is(err, ErrUplinkMissing) {
 		t.Fatalf("without net1: %v, want it to wait", err)
 	}
 	netns.Veth(pod, "net1", provider, "p0")
 	provider.MustRun("ip", "addr", "add", "198.51.100.1/24", "dev", "p0")
-	if err := ensureUplink(h, m); !errors.Is(err, errUplinkMissing) {
+	if err := EnsureUplink(h, m); !errors.Is(err, ErrUplinkMissing) {
 		t.Fatalf("net1 without its address: %v, want it to wait", err)
 	}
 	pod.MustRun("ip", "addr", "add", uplinkPortAddr+"/24", "dev", "net1")
 
-	if out, err := pod.RunInput(`table inet probe {
-  counter via_eth0 {}
-  counter via_net1 {}
-  chain out {
-    type filter hook output priority 0; policy accept;
-    ip saddr `+uplinkPortAddr+` udp sport 500 oifname "eth0" counter name "via_eth0"
-    ip saddr `+uplinkPortAddr+` udp sport 500 oifname "net1" counter name "via_net1"
-  }
-}
-`, "nft", "-f", "-"); err != nil {
-		t.Fatalf("nft: %v\n%s", err, out)
-	}
+	sent := pod.OutputCounters(uplinkPortAddr, "eth0", "net1")
 	pod.Start("socat", "-T2", "UDP4-LISTEN:500,bind="+uplinkPortAddr+",fork,reuseaddr", "SYSTEM:echo ike-$SOCAT_PEERADDR")
 	want := "ike-" + uplinkClient
 
@@ -99,23 +75,23 @@ func TestUplinkRepliesLeaveThroughNet1(t *testing.T) {
 		if got := askUDP(client, uplinkPortAddr, 500); got != "" {
 			return fmt.Errorf("answered %q through eth0", got)
 		}
-		if counterPackets(t, pod, "via_eth0") == 0 {
+		if sent("eth0") == 0 {
 			return errors.New("no answer left through eth0 yet")
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	eth0, net1 := counterPackets(t, pod, "via_eth0"), counterPackets(t, pod, "via_net1")
+	eth0, net1 := sent("eth0"), sent("net1")
 	t.Logf("without the uplink's routing: no answer; answers via eth0 %d, via net1 %d", eth0, net1)
 	if net1 != 0 {
 		t.Fatalf("answers left through net1 without the routing: %d", net1)
 	}
 
-	if err := ensureUplink(h, m); err != nil {
+	if err := EnsureUplink(h, m); err != nil {
 		t.Fatal(err)
 	}
-	if err := ensureUplink(h, m); err != nil { // again: nothing changes
+	if err := EnsureUplink(h, m); err != nil { // again: nothing changes
 		t.Fatal(err)
 	}
 	rules := pod.MustRun("ip", "rule", "show")
@@ -135,7 +111,7 @@ func TestUplinkRepliesLeaveThroughNet1(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eth0After, net1After := counterPackets(t, pod, "via_eth0"), counterPackets(t, pod, "via_net1")
+	eth0After, net1After := sent("eth0"), sent("net1")
 	t.Logf("with the uplink's routing: %d/%d answered; answers via eth0 %d (+%d), via net1 %d (+%d)", n, n, eth0After, eth0After-eth0, net1After, net1After-net1)
 	if eth0After != eth0 || net1After-net1 < n {
 		t.Fatalf("answers via eth0 +%d, via net1 +%d: want 0 and at least %d", eth0After-eth0, net1After-net1, n)
@@ -144,13 +120,13 @@ func TestUplinkRepliesLeaveThroughNet1(t *testing.T) {
 	// A new address (a new port) replaces the rule; no uplink removes rule and table.
 	m2 := &model.Gateway{Uplink: &model.Uplink{Interface: "net1", Address: netip.MustParsePrefix("198.51.100.3/24"), Gateway: netip.MustParseAddr("198.51.100.1")}}
 	pod.MustRun("ip", "addr", "add", "198.51.100.3/24", "dev", "net1")
-	if err := ensureUplink(h, m2); err != nil {
+	if err := EnsureUplink(h, m2); err != nil {
 		t.Fatal(err)
 	}
 	if rules := pod.MustRun("ip", "rule", "show"); strings.Contains(rules, uplinkPortAddr) || !strings.Contains(rules, "from 198.51.100.3 lookup") {
 		t.Fatalf("rules after the address changed:\n%s", rules)
 	}
-	if err := ensureUplink(h, &model.Gateway{}); err != nil {
+	if err := EnsureUplink(h, &model.Gateway{}); err != nil {
 		t.Fatal(err)
 	}
 	if rules, table := pod.MustRun("ip", "rule", "show"), pod.MustRun("ip", "route", "show", "table", strconv.Itoa(UplinkTable)); strings.Contains(rules, "lookup "+strconv.Itoa(UplinkTable)) || strings.TrimSpace(table) != "" {
