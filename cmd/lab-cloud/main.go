@@ -7,6 +7,12 @@
 // provider link) and an external network (floating IPs), writes a clouds.yaml with a fresh
 // password for the operator (mode 0600, never printed), prints the networks' IDs as one JSON
 // line on stdout, and serves an admin API (faults, quotas, state) on its own address.
+//
+// It stands in for Multus too (which cannot be had here): run by a container runtime as a CNI
+// plugin (CNI_COMMAND set), chained after the cluster network in the runtime's conflist, it
+// dispatches the NetworkAttachmentDefinitions a pod's k8s.v1.cni.cncf.io/networks annotation
+// names with the real CNI plugins (labcloud.Attacher.Dispatch); cni-add and cni-del do one
+// config by hand, install-nad-crd installs the NetworkAttachmentDefinition CRD.
 package main
 
 import (
@@ -28,6 +34,7 @@ import (
 	"github.com/go-logr/zapr"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
 	"github.com/bnerd/bnerd-vpn-operator/internal/labcloud"
@@ -45,6 +52,10 @@ type Networks struct {
 }
 
 func main() {
+	if os.Getenv("CNI_COMMAND") != "" { // invoked by a container runtime as a CNI plugin
+		cniPlugin()
+		return
+	}
 	if err := command().Execute(); err != nil {
 		os.Exit(1)
 	}
@@ -145,7 +156,26 @@ func command() *cobra.Command {
 	f.StringVar(&providerCIDR, "provider-cidr", "198.51.100.0/24", "the provider network's subnet (ports' fixed IPs; its first address is the router's)")
 	f.StringVar(&fipCIDR, "floating-cidr", "203.0.113.0/24", "the external network's subnet (floating IPs)")
 	f.StringVar(&fipNetwork, "floating-network", "public", "name of the external network (a gateway's floatingIPPool)")
-	cmd.AddCommand(cniCommand("add"), cniCommand("del"))
+	cmd.AddCommand(cniCommand("add"), cniCommand("del"), installNADCRDCommand())
+	return cmd
+}
+
+// installNADCRDCommand installs the NetworkAttachmentDefinition CRD (labcloud.NADCRD).
+func installNADCRDCommand() *cobra.Command {
+	var kubeconfig string
+	cmd := &cobra.Command{
+		Use:          "install-nad-crd",
+		Short:        "Install the NetworkAttachmentDefinition CRD (what Multus ships) and wait until it is served",
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+			if err != nil {
+				return err
+			}
+			return labcloud.InstallNADCRD(cmd.Context(), cfg)
+		},
+	}
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "the cluster's kubeconfig")
 	return cmd
 }
 

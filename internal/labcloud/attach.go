@@ -39,6 +39,8 @@ type Pod struct {
 	// ContainerID is the sandbox's ID; NetNS the path of its network namespace
 	// (/run/netns/NAME for an ip-netns namespace).
 	ContainerID, NetNS string
+	// IfName is the interface's name in the pod; net1 when empty.
+	IfName string
 }
 
 func (a *Attacher) dirs() []string {
@@ -58,8 +60,12 @@ func (a *Attacher) Find(plugin string) (string, error) {
 }
 
 func runtimeConf(p Pod) *libcni.RuntimeConf {
+	ifName := p.IfName
+	if ifName == "" {
+		ifName = cloud.NetworkAttachmentInterface
+	}
 	return &libcni.RuntimeConf{
-		ContainerID: p.ContainerID, NetNS: p.NetNS, IfName: cloud.NetworkAttachmentInterface,
+		ContainerID: p.ContainerID, NetNS: p.NetNS, IfName: ifName,
 		Args: [][2]string{
 			{"IgnoreUnknown", "true"}, {"K8S_POD_NAMESPACE", p.Namespace}, {"K8S_POD_NAME", p.Name},
 			{"K8S_POD_INFRA_CONTAINER_ID", p.ContainerID}, {"K8S_POD_UID", p.UID},
