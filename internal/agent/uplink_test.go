@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 
@@ -131,5 +133,49 @@ func TestUplinkRepliesLeaveThroughNet1(t *testing.T) {
 	}
 	if rules, table := pod.MustRun("ip", "rule", "show"), pod.MustRun("ip", "route", "show", "table", strconv.Itoa(UplinkTable)); strings.Contains(rules, "lookup "+strconv.Itoa(UplinkTable)) || strings.TrimSpace(table) != "" {
 		t.Fatalf("without an uplink, left behind:\n%s\n%s", rules, table)
+	}
+}
+
+// The engine loads nothing into the dataplane and keeps the startup gate closed until the
+// uplink is there with its address; then it sets up the return path and loads the peers.
+func TestEngineWaitsForTheUplink(t *testing.T) {
+	netns.Skip(t, "ip")
+	run := netns.NewRun(t, "bvuw")
+	pod, provider := run.NS("pod"), run.NS("provider")
+	nsh, err := vnetns.GetFromName(pod.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsh.Close()
+	h, err := netlink.NewHandleAt(nsh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	b := bundle()
+	b.Model.LocalAddress = b.Model.ServiceCIDR.Addr().Next()
+	b.Model.Uplink = &model.Uplink{Interface: "net1", Address: netip.MustParsePrefix(uplinkPortAddr + "/24"), Gateway: netip.MustParseAddr("198.51.100.1")}
+	d, fw := &fakeDriver{}, &fakeFirewall{}
+	e := &Engine{Driver: d, Firewall: fw, Log: logr.Discard(), Netlink: h}
+	for i := 0; i < 2; i++ {
+		if err := e.Apply(context.Background(), Update{Bundle: b}); !errors.Is(err, ErrUplinkMissing) {
+			t.Fatalf("without net1: Apply %v, want it to wait for the uplink", err)
+		}
+		if i == 0 {
+			netns.Veth(pod, "net1", provider, "p0") // the NIC comes, its address later
+		}
+	}
+	if d.applied != 0 || fw.gateOpens != 0 {
+		t.Fatalf("before net1: driver applied %d times, gate opened %d times", d.applied, fw.gateOpens)
+	}
+	pod.MustRun("ip", "addr", "add", uplinkPortAddr+"/24", "dev", "net1")
+	if err := e.Apply(context.Background(), Update{Bundle: b}); err != nil {
+		t.Fatal(err)
+	}
+	if d.applied != 1 || fw.gateOpens != 1 {
+		t.Fatalf("with net1: driver applied %d times, gate opened %d times", d.applied, fw.gateOpens)
+	}
+	if rules := pod.MustRun("ip", "rule", "show"); !strings.Contains(rules, "from "+uplinkPortAddr+" lookup "+strconv.Itoa(UplinkTable)) {
+		t.Fatalf("no uplink rule:\n%s", rules)
 	}
 }
