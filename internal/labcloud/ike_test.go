@@ -2,12 +2,14 @@ package labcloud_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 
@@ -72,7 +74,9 @@ secrets {
 // port's address (local_addrs, as rendered for the uplink) with the floating IP as its identity.
 // A site's charon initiates to the floating IP: the tunnel comes up (NAT-T, since the cloud
 // translates) and carries the site's traffic to the gateway's service address; nothing from
-// the port's address left through eth0.
+// the port's address left through eth0. Removing UDP 500 and 4500 from the port's group in the
+// cloud leaves the site's negotiation unanswered; the operator's next Ensure restores them and
+// the site negotiates again.
 func TestIKEThroughTheFloatingIP(t *testing.T) {
 	charontest.Skip(t, "nft", "socat")
 	c := newLabCloud(t)
@@ -162,4 +166,57 @@ func TestIKEThroughTheFloatingIP(t *testing.T) {
 	if eth0 != 0 || net1 == 0 {
 		t.Fatalf("packets from the port's address: via net1 %d, via eth0 %d", net1, eth0)
 	}
+
+	// Without UDP 500 and 4500 in the port's group the cloud drops IKE: the site cannot
+	// negotiate again. The operator's next Ensure restores the rules and it can.
+	sc := c.network(t)
+	var group string
+	for _, port := range c.PortList() {
+		if port.ID == att.PortID {
+			group = port.SecurityGroups[0]
+		}
+	}
+	for _, r := range c.RuleList(group) {
+		if r.Protocol != nil && *r.Protocol == "udp" {
+			if err := rules.Delete(context.Background(), sc, r.ID).ExtractErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reconnect := func() error {
+		if out, err := site.Swanctl("--terminate", "--ike", "c"); err != nil && !strings.Contains(out, "no matching SAs") {
+			return fmt.Errorf("terminate: %v\n%s", err, out)
+		}
+		out, err := site.Swanctl("--initiate", "--child", "c", "--timeout", "5")
+		if err != nil {
+			return fmt.Errorf("initiate: %v\n%s", err, out)
+		}
+		return nil
+	}
+	var refused error
+	if err := netns.Eventually(20*time.Second, func() error {
+		if refused = reconnect(); refused == nil {
+			return errors.New("the site negotiated although the group admits no IKE")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(refused.Error(), "initiate") {
+		t.Fatalf("the site's negotiation failed otherwise: %v", refused)
+	}
+	if tbl := tp.table(t); strings.Contains(tbl, "udp dport") {
+		t.Fatalf("the router still admits UDP:\n%s", tbl)
+	}
+	t.Logf("without UDP 500/4500 in the group the site cannot negotiate: %s", lastLine(refused.Error()))
+	ensureReady(t, p, req)
+	if err := netns.Eventually(30*time.Second, reconnect); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("the operator restored the rules: the site negotiated again")
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
