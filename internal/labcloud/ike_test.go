@@ -9,13 +9,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
 	"github.com/bnerd/bnerd-vpn-operator/internal/labcloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
@@ -30,7 +34,15 @@ const (
 	ikePSK        = "lab-cloud-ike-test-psk-0123456789"
 )
 
-// ikeConf is one end's swanctl.conf (PSK, IKEv2, one child).
+// dpdAction: the initiator (a site) restarts a dead tunnel, the responder clears it.
+func dpdAction(start string) string {
+	if start == "start" {
+		return "restart"
+	}
+	return "clear"
+}
+
+// ikeConf is one end's swanctl.conf (PSK, IKEv2, one child, DPD every second).
 func ikeConf(local, remote, localID, remoteID, localTS, remoteTS, start string) string {
 	return fmt.Sprintf(`connections {
   c {
@@ -39,6 +51,7 @@ func ikeConf(local, remote, localID, remoteID, localTS, remoteTS, start string) 
     remote_addrs = %s
     proposals = aes256gcm16-prfsha256-ecp256
     mobike = no
+    dpd_delay = 1s
     local {
       auth = psk
       id = %s
@@ -53,6 +66,7 @@ func ikeConf(local, remote, localID, remoteID, localTS, remoteTS, start string) 
         remote_ts = %s
         esp_proposals = aes256gcm16-ecp256
         start_action = %s
+        dpd_action = %s
       }
     }
   }
@@ -63,7 +77,7 @@ secrets {
     secret = "%s"
   }
 }
-`, local, remote, localID, remoteID, localTS, remoteTS, start, remoteID, ikePSK)
+`, local, remote, localID, remoteID, localTS, remoteTS, start, dpdAction(start), remoteID, ikePSK)
 }
 
 // The whole path of an OpenStack endpoint in namespaces, every piece real: the operator's
@@ -81,7 +95,6 @@ func TestIKEThroughTheFloatingIP(t *testing.T) {
 	charontest.Skip(t, "nft", "socat")
 	c := newLabCloud(t)
 	tp := newTopology(t, c)
-	node := tp.port
 	p := c.provider(t, func(cfg *openstack.Config) { cfg.NADMaster = "p0" })
 	req := gatewayRequest()
 	req.PeerAddresses = []netip.Addr{netip.MustParseAddr(clientAddr)}
@@ -89,38 +102,7 @@ func TestIKEThroughTheFloatingIP(t *testing.T) {
 	t.Cleanup(func() { _ = p.Delete(context.Background(), req) })
 	att, fip := res.Pod.NetworkAttachment, res.PublicAddress
 
-	// The gateway pod: eth0 (its default route) toward the cluster, net1 from the NAD.
-	pod, cluster := tp.run.NS("pod"), tp.run.NS("cluster")
-	netns.VethAddr(pod, "eth0", "100.64.20.2/24", cluster, "c0", "100.64.20.1/24")
-	pod.MustRun("ip", "route", "add", "default", "via", "100.64.20.1")
-	pod.AddLoopback(ikeGwService + "/32")
-	a := &labcloud.Attacher{CacheDir: t.TempDir(), NodeNetns: node.Name}
-	ref := labcloud.Pod{Namespace: req.Namespace, Name: "edge-0", UID: "pod-uid-1", ContainerID: "sandbox-edge-0", NetNS: "/run/netns/" + pod.Name}
-	if _, err := a.Add(context.Background(), att.Config, ref); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Del(context.Background(), att.Config, ref) })
-	sent := pod.OutputCounters(att.FixedIP, "eth0", "net1")
-
-	// The agent's part: the uplink's return path.
-	addr, err := netip.ParsePrefix(att.Address)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &model.Gateway{Uplink: &model.Uplink{Interface: "net1", Address: addr, Gateway: netip.MustParseAddr(att.GatewayIP)}}
-	nsh, err := vnetns.GetFromName(pod.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsh.Close()
-	h, err := netlink.NewHandleAt(nsh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if err := agent.EnsureUplink(h, m); err != nil {
-		t.Fatal(err)
-	}
+	pod, sent := gatewayPod(t, tp, att, "edge-0")
 
 	tp.client.AddLoopback(ikeSiteHost + "/32")
 	gw := charontest.Start(t, pod, "gw", charontest.Config{})
@@ -216,7 +198,167 @@ func TestIKEThroughTheFloatingIP(t *testing.T) {
 	t.Log("the operator restored the rules: the site negotiated again")
 }
 
+// gatewayPod is the gateway pod of att in the topology: eth0 (its default route) toward a
+// cluster namespace, the service address on lo, net1 from the NAD by the real CNI plugins, and
+// the agent's uplink routing; sent counts the packets from the port's address per interface.
+func gatewayPod(t *testing.T, tp *topology, att *cloud.NetworkAttachment, name string) (*netns.NS, func(string) int) {
+	t.Helper()
+	pod, cluster := tp.run.NS(name), tp.run.NS(name+"-cl")
+	netns.VethAddr(pod, "eth0", "100.64.20.2/24", cluster, "c0", "100.64.20.1/24")
+	pod.MustRun("ip", "route", "add", "default", "via", "100.64.20.1")
+	pod.AddLoopback(ikeGwService + "/32")
+	a := &labcloud.Attacher{CacheDir: t.TempDir(), NodeNetns: tp.port.Name}
+	ref := labcloud.Pod{Namespace: "tenant-a", Name: name, UID: "uid-" + name, ContainerID: "sandbox-" + name, NetNS: "/run/netns/" + pod.Name}
+	if _, err := a.Add(context.Background(), att.Config, ref); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Del(context.Background(), att.Config, ref) })
+	sent := pod.OutputCounters(att.FixedIP, "eth0", "net1")
+	addr, err := netip.ParsePrefix(att.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &model.Gateway{Uplink: &model.Uplink{Interface: "net1", Address: addr, Gateway: netip.MustParseAddr(att.GatewayIP)}}
+	nsh, err := vnetns.GetFromName(pod.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsh.Close()
+	h, err := netlink.NewHandleAt(nsh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := agent.EnsureUplink(h, m); err != nil {
+		t.Fatal(err)
+	}
+	return pod, sent
+}
+
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// established waits until c holds an established IKE_SA with an installed CHILD_SA.
+func established(t *testing.T, c *charontest.Charon, within time.Duration) string {
+	t.Helper()
+	var sas string
+	if err := netns.Eventually(within, func() error {
+		out, err := c.Swanctl("--list-sas")
+		if err != nil || !strings.Contains(out, "ESTABLISHED") || !strings.Contains(out, "INSTALLED") {
+			return fmt.Errorf("%s: no tunnel yet: %v\n%s", c.Name, err, out)
+		}
+		sas = out
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return sas
+}
+
+// The VM cutover in namespaces: a "VM" on the provider network holds the pinned floating IP on
+// its own port with a tunnel to the site; a gateway pinned to that address waits with Conflict
+// naming the VM's port; the VM's port lets go of the address; the gateway takes it (Ensure
+// polled as the operator's cutover recheck does), gets its port as net1 and its charon, and the
+// site's tunnel — its configuration untouched, DPD restarting it — comes back through the
+// gateway. The outage from the release is printed (the lab's goal is 15 s; not asserted).
+func TestCutoverFromTheVM(t *testing.T) {
+	charontest.Skip(t, "nft", "socat")
+	c := newLabCloud(t)
+	tp := newTopology(t, c)
+	const pinned = "203.0.113.50"
+	vmPort := c.AddPort(c.provNet, "legacy-vpn-vm")
+	var port neutronfake.Port
+	for _, p := range c.PortList() {
+		if p.ID == vmPort {
+			port = p
+		}
+	}
+	fipID := c.AddFloatingIP(c.extNet, pinned, vmPort)
+	// The VM's own group admits IKE and NAT-T (its user set it up so, long ago).
+	sc := c.network(t)
+	vmGroup, err := groups.Create(context.Background(), sc, groups.CreateOpts{Name: "legacy-vpn-vm"}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range []int{500, 4500} {
+		if _, err := rules.Create(context.Background(), sc, rules.CreateOpts{Direction: rules.DirIngress, EtherType: rules.EtherType4,
+			SecGroupID: vmGroup.ID, Protocol: rules.ProtocolUDP, PortRangeMin: port, PortRangeMax: port, RemoteIPPrefix: "0.0.0.0/0"}).Extract(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ports.Update(context.Background(), sc, vmPort, ports.UpdateOpts{SecurityGroups: &[]string{vmGroup.ID}}).Extract(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The VM: its port's MAC and fixed IP on the provider network, its charon as the pinned
+	// address, the site's tunnel up.
+	vm := tp.run.NS("vm")
+	vmIP := port.FixedIPs[0].IPAddress
+	vmNIC := fmt.Sprintf(`{"cniVersion":"0.4.0","name":"vm","type":"macvlan","master":"p0","mode":"bridge","mac":%q,
+		"ipam":{"type":"static","addresses":[{"address":"%s/24","gateway":"198.51.100.1"}],"routes":[{"dst":"0.0.0.0/0"}]}}`, port.MACAddress, vmIP)
+	a := &labcloud.Attacher{CacheDir: t.TempDir(), NodeNetns: tp.port.Name}
+	if _, err := a.Add(context.Background(), vmNIC, labcloud.Pod{Name: "vm", ContainerID: "vm", NetNS: "/run/netns/" + vm.Name}); err != nil {
+		t.Fatal(err)
+	}
+	vm.AddLoopback(ikeGwService + "/32")
+	tp.client.AddLoopback(ikeSiteHost + "/32")
+	vmCharon := charontest.Start(t, vm, "vm", charontest.Config{})
+	site := charontest.Start(t, tp.client, "site", charontest.Config{})
+	if err := vmCharon.LoadSwanctlConf(ikeConf(vmIP, clientAddr, pinned, ikeSiteID, ikeService, ikeSiteSubnet, "none")); err != nil {
+		t.Fatal(err)
+	}
+	if err := site.LoadSwanctlConf(ikeConf(clientAddr, pinned, ikeSiteID, pinned, ikeSiteSubnet, ikeService, "start")); err != nil {
+		t.Fatal(err)
+	}
+	established(t, vmCharon, 30*time.Second)
+	t.Log("the site's tunnel is up with the VM")
+
+	p := c.provider(t, func(cfg *openstack.Config) { cfg.NADMaster = "p0" })
+	req := gatewayRequest()
+	req.Endpoint = model.Endpoint{Kind: model.EndpointFloatingIP, FloatingIP: netip.MustParseAddr(pinned)}
+	req.PeerAddresses = []netip.Addr{netip.MustParseAddr(clientAddr)}
+	t.Cleanup(func() { _ = p.Delete(context.Background(), req) })
+	res, _ := p.Ensure(context.Background(), req)
+	if res.Ready || res.Reason != cloud.ReasonConflict || !strings.Contains(res.Message, vmPort) {
+		t.Fatalf("pinned to the VM's address: ready=%v %s: %s, want Conflict naming port %s", res.Ready, res.Reason, res.Message, vmPort)
+	}
+	t.Logf("the gateway waits: %s: %s", res.Reason, res.Message)
+
+	released := time.Now()
+	c.DisassociateFloatingIP(fipID)
+	if err := netns.Eventually(30*time.Second, func() error {
+		var err error
+		if res, err = p.Ensure(context.Background(), req); err == nil && !res.Ready {
+			err = fmt.Errorf("%s: %s", res.Reason, res.Message)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(released)
+	att := res.Pod.NetworkAttachment
+	pod, sent := gatewayPod(t, tp, att, "edge-0")
+	gw := charontest.Start(t, pod, "gw", charontest.Config{})
+	if err := gw.LoadSwanctlConf(ikeConf(att.FixedIP, clientAddr, pinned, ikeSiteID, ikeService, ikeSiteSubnet, "none")); err != nil {
+		t.Fatal(err)
+	}
+	sas := established(t, gw, 60*time.Second)
+	outage := time.Since(released)
+	if err := netns.Eventually(15*time.Second, func() error {
+		r, err := tp.client.Ping(ikeSiteHost, ikeGwService, 2, 200*time.Millisecond, time.Second)
+		if err != nil || r.Received == 0 {
+			return fmt.Errorf("no answer through the tunnel: %v %+v", err, r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("gateway's SAs:\n%s", sas)
+	t.Logf("cutover: endpoint ready %.1f s after the release; the site's tunnel up through the gateway %.1f s after it (goal 15 s); packets from the port's address via net1 %d, via eth0 %d",
+		took.Seconds(), outage.Seconds(), sent("net1"), sent("eth0"))
+	if !strings.Contains(sas, clientAddr) {
+		t.Fatalf("the gateway's tunnel is not with the site")
+	}
 }
