@@ -156,7 +156,42 @@ func command() *cobra.Command {
 	f.StringVar(&providerCIDR, "provider-cidr", "198.51.100.0/24", "the provider network's subnet (ports' fixed IPs; its first address is the router's)")
 	f.StringVar(&fipCIDR, "floating-cidr", "203.0.113.0/24", "the external network's subnet (floating IPs)")
 	f.StringVar(&fipNetwork, "floating-network", "public", "name of the external network (a gateway's floatingIPPool)")
-	cmd.AddCommand(cniCommand("add"), cniCommand("del"), installNADCRDCommand())
+	cmd.AddCommand(cniCommand("add"), cniCommand("del"), installNADCRDCommand(), leaksCommand())
+	return cmd
+}
+
+// leaksCommand prints the leak table of a running lab cloud (labcloud.Leaks) and fails when
+// anything of the operator's is left but the pinned addresses, detached.
+func leaksCommand() *cobra.Command {
+	var (
+		admin  string
+		pinned []string
+	)
+	cmd := &cobra.Command{
+		Use:          "leaks",
+		Short:        "Print what the operator left in the lab cloud (ports, security groups, floating IPs); fail on leaks",
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client := &http.Client{Timeout: 10 * time.Second}
+			resp, err := client.Get(strings.TrimSuffix(admin, "/") + "/state")
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			var st labcloud.State
+			if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+				return fmt.Errorf("GET /state: %w", err)
+			}
+			leaks := labcloud.Leaks(st, pinned...)
+			fmt.Fprint(cmd.OutOrStdout(), labcloud.LeakTable(leaks))
+			if n := labcloud.Leaked(leaks); n > 0 {
+				return fmt.Errorf("%d leaked", n)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&admin, "admin", "http://127.0.0.1:9697", "the lab cloud's admin API")
+	cmd.Flags().StringSliceVar(&pinned, "pinned", nil, "pinned floating IP addresses, which must be kept (detached)")
 	return cmd
 }
 

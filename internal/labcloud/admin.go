@@ -41,6 +41,11 @@ type State struct {
 	SecurityGroups []neutronfake.SecurityGroup `json:"security_groups"`
 }
 
+// StateOf is everything c holds.
+func StateOf(c *neutronfake.Server) State {
+	return State{Inventory: c.Inventory(), Ports: c.PortList(), FloatingIPs: c.FloatingIPList(), SecurityGroups: c.SecurityGroupList()}
+}
+
 // Admin is the lab cloud's control API (served on its own address, never the one the
 // operator is given): POST /faults (FaultRequest), DELETE /faults, POST /quota
 // (QuotaRequest), GET /state.
@@ -78,7 +83,7 @@ func Admin(c *neutronfake.Server) http.Handler {
 	})
 	mux.HandleFunc("GET /state", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(State{Inventory: c.Inventory(), Ports: c.PortList(), FloatingIPs: c.FloatingIPList(), SecurityGroups: c.SecurityGroupList()})
+		_ = json.NewEncoder(w).Encode(StateOf(c))
 	})
 	return mux
 }

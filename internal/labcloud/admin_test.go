@@ -76,6 +76,9 @@ func TestAdminFaultWindows(t *testing.T) {
 				adminCall(t, admin.URL, "POST", "/quota", tc.quota)
 			} // a fault's window ends by itself
 			ensureReady(t, p, req)
+			if leaks := labcloud.Leaks(labcloud.StateOf(c.Server)); labcloud.Leaked(leaks) != 3 {
+				t.Fatalf("a live gateway's port, group and floating IP are not all listed:\n%s", labcloud.LeakTable(leaks))
+			}
 			if err := p.Delete(ctx, req); err != nil {
 				t.Fatal(err)
 			}
@@ -90,11 +93,12 @@ func TestAdminFaultWindows(t *testing.T) {
 				if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 					return err
 				}
-				if d := st.Inventory.Sub(baseline); d.Total() != 0 {
+				if d := st.Inventory.Sub(baseline); d.Total() != 0 || labcloud.Leaked(labcloud.Leaks(st)) != 0 {
 					// a delayed create the client gave up on lands later: the next Delete takes it
 					_ = p.Delete(ctx, req)
 					return &leak{d}
 				}
+				t.Logf("after the %s window and the gateway's deletion:\n%s", tc.name, labcloud.LeakTable(labcloud.Leaks(st)))
 				return nil
 			}); err != nil {
 				t.Fatal(err)

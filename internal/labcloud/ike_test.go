@@ -361,4 +361,14 @@ func TestCutoverFromTheVM(t *testing.T) {
 	if !strings.Contains(sas, clientAddr) {
 		t.Fatalf("the gateway's tunnel is not with the site")
 	}
+
+	// Deleting the gateway leaves nothing of ours but the pinned address, kept and detached.
+	if err := p.Delete(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	leaks := labcloud.Leaks(labcloud.StateOf(c.Server), pinned)
+	t.Logf("after deleting the gateway:\n%s", labcloud.LeakTable(leaks))
+	if labcloud.Leaked(leaks) != 0 || len(leaks) != 1 || !strings.HasPrefix(leaks[0].What, pinned+" ") {
+		t.Fatalf("want only the pinned %s kept: %+v", pinned, leaks)
+	}
 }
