@@ -11,11 +11,10 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
 
-// The uplink's policy routing: packets from the uplink's address look up UplinkTable (rule
-// priority UplinkRulePriority, before the main table), which routes them out of the uplink.
+// The uplink's policy routing (model.UplinkTable, model.UplinkRulePriority, model.UplinkMark).
 const (
-	UplinkTable        = 2150
-	UplinkRulePriority = 2150
+	UplinkTable        = model.UplinkTable
+	UplinkRulePriority = model.UplinkRulePriority
 )
 
 // ErrUplinkMissing: the uplink (the pod's second NIC, which Multus adds) is not there yet.
@@ -25,7 +24,9 @@ var ErrUplinkMissing = errors.New("the uplink is not attached yet")
 // port, model.Uplink): every packet from the port's address — IKE and ESP of charon bound to
 // it, WireGuard's answers to peers that reached it — leaves through that NIC toward the
 // subnet's gateway, not through the pod's default route (eth0, where the cloud's router would
-// never see it or would drop it as spoofed). A rule "from <address> lookup UplinkTable" and a
+// never see it or would drop it as spoofed). Rules "from <address> lookup UplinkTable" and
+// "fwmark model.UplinkMark lookup UplinkTable" (the WireGuard device marks its packets: its
+// handshakes toward a peer's endpoint take the uplink although no source is bound), and a
 // table holding the subnet and a default route via the gateway on the NIC. Until the NIC is
 // there with its address it returns an error wrapping ErrUplinkMissing, so the agent binds
 // nothing before it (the engine retries). Without an uplink, the rule and table are removed.
@@ -43,14 +44,18 @@ func EnsureUplink(h *netlink.Handle, m *model.Gateway) error {
 	if err != nil {
 		return fmt.Errorf("listing routing rules: %w", err)
 	}
-	haveRule := false
+	haveSrc, haveMark := false, false
 	for i := range rules {
 		r := &rules[i]
 		if r.Table != UplinkTable {
 			continue
 		}
-		if src != nil && r.Src != nil && r.Src.String() == src.String() && r.Priority == UplinkRulePriority {
-			haveRule = true
+		switch {
+		case src != nil && r.Priority == UplinkRulePriority && r.Src != nil && r.Src.String() == src.String() && r.Mark == 0:
+			haveSrc = true
+			continue
+		case u != nil && r.Priority == UplinkRulePriority && r.Src == nil && r.Mark == model.UplinkMark:
+			haveMark = true
 			continue
 		}
 		if err := h.RuleDel(r); err != nil {
@@ -108,12 +113,20 @@ func EnsureUplink(h *netlink.Handle, m *model.Gateway) error {
 			return fmt.Errorf("adding the uplink route %s: %w", want[i], err)
 		}
 	}
-	if src != nil && !haveRule {
+	if src != nil && !haveSrc {
 		r := netlink.NewRule()
 		r.Family = netlink.FAMILY_V4
 		r.Src, r.Table, r.Priority = src, UplinkTable, UplinkRulePriority
 		if err := h.RuleAdd(r); err != nil {
 			return fmt.Errorf("adding the uplink rule from %s: %w", src, err)
+		}
+	}
+	if u != nil && !haveMark {
+		r := netlink.NewRule()
+		r.Family = netlink.FAMILY_V4
+		r.Mark, r.Table, r.Priority = model.UplinkMark, UplinkTable, UplinkRulePriority
+		if err := h.RuleAdd(r); err != nil {
+			return fmt.Errorf("adding the uplink rule for fwmark %#x: %w", model.UplinkMark, err)
 		}
 	}
 	return nil

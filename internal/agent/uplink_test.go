@@ -99,8 +99,17 @@ func TestUplinkRepliesLeaveThroughNet1(t *testing.T) {
 	rules := pod.MustRun("ip", "rule", "show")
 	table := pod.MustRun("ip", "route", "show", "table", strconv.Itoa(UplinkTable))
 	t.Logf("rules:\n%stable %d:\n%s", rules, UplinkTable, table)
-	if strings.Count(rules, "from "+uplinkPortAddr+" lookup "+strconv.Itoa(UplinkTable)) != 1 || !strings.Contains(table, "default via 198.51.100.1 dev net1") {
-		t.Fatalf("want one rule from %s and a default route via net1", uplinkPortAddr)
+	if strings.Count(rules, "from "+uplinkPortAddr+" lookup "+strconv.Itoa(UplinkTable)) != 1 || !strings.Contains(table, "default via 198.51.100.1 dev net1") ||
+		strings.Count(rules, fmt.Sprintf("fwmark %#x lookup %d", model.UplinkMark, UplinkTable)) != 1 {
+		t.Fatalf("want one rule from %s, one for the WireGuard mark, and a default route via net1", uplinkPortAddr)
+	}
+	// A packet without a bound source (a WireGuard handshake toward a peer's endpoint) takes
+	// the uplink when it carries the device's mark, the default route (eth0) otherwise.
+	if r, err := pod.Ping("", uplinkClient, 1, 200*time.Millisecond, time.Second); err != nil || r.Received != 0 {
+		t.Fatalf("an unmarked ping to the client answered (%v %+v): the default route should not reach it", err, r)
+	}
+	if out, err := pod.Run("ping", "-n", "-c", "1", "-W", "2", "-m", strconv.Itoa(model.UplinkMark), uplinkClient); err != nil {
+		t.Fatalf("a ping with the WireGuard mark did not take the uplink: %v\n%s", err, out)
 	}
 	const n = 5
 	for i := 0; i < n; i++ { // socat re-opens its socket after each fork: a request may find none

@@ -83,6 +83,16 @@ type Uplink struct {
 	Gateway netip.Addr `json:"gateway,omitzero"`
 }
 
+// The uplink's policy routing in the gateway pod's namespace (an uplink never exists on the
+// host network): packets from the uplink's address, and packets carrying UplinkMark (the
+// WireGuard device's own, whatever their source), look up UplinkTable (rules at priority
+// UplinkRulePriority, before the main table), which routes them out of the uplink.
+const (
+	UplinkTable        = 2150
+	UplinkRulePriority = 2150
+	UplinkMark         = 0x62760003
+)
+
 // KindIPsecGateway is Gateway.Kind of a gateway declared by the legacy ipsec.bnerd.net
 // IPsecGateway (translated into the unified API); an empty Kind is a VPNGateway.
 const KindIPsecGateway = "IPsecGateway"
