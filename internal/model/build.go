@@ -32,6 +32,8 @@ type Input struct {
 	Services map[string]ServiceTarget
 	// PublicAddress from the endpoint, empty until known.
 	PublicAddress string
+	// Uplink is the endpoint's second NIC, nil when it has none.
+	Uplink *Uplink
 	// NodeAddresses are the cluster's nodes' addresses: never an exposure target.
 	NodeAddresses []netip.Addr
 	// OtherServiceCIDRs are the other gateways' service CIDRs: never an exposure target.
@@ -97,6 +99,7 @@ func Build(in Input) (*Gateway, []Error) {
 		UID:           gw.UID,
 		Generation:    gw.Generation,
 		PublicAddress: in.PublicAddress,
+		Uplink:        in.Uplink,
 	}
 
 	if in.Kind != "" && in.Kind != KindIPsecGateway {

@@ -49,6 +49,16 @@ func Verify(g *Gateway) error {
 	} else if g.LocalAddress != sc.Addr().Next() {
 		bad("local address %s is not the first address of the service CIDR %s", g.LocalAddress, sc)
 	}
+	if u := g.Uplink; u != nil {
+		if u.Interface == "" || len(u.Interface) > 15 || strings.ContainsAny(u.Interface, "/ \t\n\"") {
+			bad("uplink interface %q is not an interface name", u.Interface)
+		}
+		if !u.Address.IsValid() || !u.Address.Addr().Is4() || u.Address.Bits() == 0 || sc.IsValid() && u.Address.Overlaps(sc) {
+			bad("uplink address %s is not an IPv4 address with its subnet outside the service CIDR", u.Address)
+		} else if u.Gateway.IsValid() && (!u.Address.Contains(u.Gateway) || u.Gateway == u.Address.Addr()) {
+			bad("uplink gateway %s is not another address in %s", u.Gateway, u.Address.Masked())
+		}
+	}
 	for i, c := range g.InternalSourceCIDRs {
 		if !c.IsValid() || !c.Addr().Is4() || c.Masked() != c || c.Bits() == 0 {
 			bad("internal source CIDR %d (%s) is not an IPv4 network", i, c)

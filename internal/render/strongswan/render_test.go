@@ -112,6 +112,19 @@ func TestConnectionDetails(t *testing.T) {
 	if l.IKE.Encap == nil || !*l.IKE.Encap || l.IKE.Version != 1 || l.IKE.ReauthTime != "1d" {
 		t.Errorf("IKEv1 connection: %+v", l.IKE)
 	}
+
+	// Every connection is bound to the uplink's address when there is one, to any otherwise.
+	if !slices.Equal(charlie.LocalAddrs, []string{"%any"}) {
+		t.Errorf("no uplink: local_addrs %v", charlie.LocalAddrs)
+	}
+	up := tcs[1].gw
+	up.Uplink = &model.Uplink{Interface: "net1", Address: netip.MustParsePrefix("198.51.100.2/24"), Gateway: netip.MustParseAddr("198.51.100.1")}
+	bound, _ := render(t, up, tcs[1].opts)
+	for _, c := range bound.Connections {
+		if !slices.Equal(c.IKE.LocalAddrs, []string{"198.51.100.2"}) {
+			t.Errorf("uplink: %s local_addrs %v", c.Name, c.IKE.LocalAddrs)
+		}
+	}
 }
 
 func TestRefusesOtherGateways(t *testing.T) {
