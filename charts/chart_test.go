@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
 	"github.com/bnerd/bnerd-vpn-operator/internal/manifests"
@@ -141,6 +143,27 @@ func TestChartRendersTheKustomizeInstall(t *testing.T) {
 	}
 	config = slices.DeleteFunc(config, func(u *unstructured.Unstructured) bool { return u.GetKind() == "Namespace" })
 	expectSame(t, render(t), config)
+}
+
+// The kustomize install with OpenStack endpoints (config/openstack, built by kustomize itself:
+// it patches config/default) is what the chart renders with openstack.enabled=true: the same
+// flags and the clouds.yaml Secret mounted the same way.
+func TestChartOpenStackIsConfigOpenStack(t *testing.T) {
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(testenv.RepoRoot(), "config", "openstack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := res.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	config, err := manifests.Decode(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config = slices.DeleteFunc(config, func(u *unstructured.Unstructured) bool { return u.GetKind() == "Namespace" })
+	expectSame(t, render(t, "openstack.enabled=true", "openstack.cloudsSecret=openstack-clouds",
+		"openstack.networkID=REPLACE-WITH-THE-PROVIDER-NETWORK-ID"), config)
 }
 
 // The optional monitoring objects are those of config/prometheus (and the dashboard of
