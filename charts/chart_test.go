@@ -293,12 +293,14 @@ func TestChartRefusesBadValues(t *testing.T) {
 	}
 }
 
-// The lab installs with hack/lab/values.yaml: its images and the settings of its address plan.
+// The lab installs with hack/lab/values.yaml: its images, the settings of its address plan and
+// OpenStack endpoints against its cloud (lab.sh sets the network ID lab-cloud printed).
 func TestChartLabValues(t *testing.T) {
-	objs := renderWith(t, "--values", filepath.Join(testenv.RepoRoot(), "hack", "lab", "values.yaml"))
+	objs := renderWith(t, "--values", filepath.Join(testenv.RepoRoot(), "hack", "lab", "values.yaml"), "--set", "openstack.networkID=lab-provider")
 	args := operatorArgs(t, objs)
 	for _, want := range []string{"--agent-image=bnerd-vpn-gateway:lab", "--image-pull-policy=Never", "--userspace-dataplane",
-		"--internal-source-cidrs=100.96.0.0/24", "--cluster-pod-cidrs=100.96.0.0/24"} {
+		"--internal-source-cidrs=100.96.0.0/24", "--cluster-pod-cidrs=100.96.0.0/24",
+		"--openstack-clouds-yaml=/etc/openstack/clouds.yaml", "--openstack-cloud=lab", "--openstack-network-id=lab-provider", "--openstack-nad-master=lab-cprov"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}
