@@ -228,7 +228,7 @@ func TestChartValuesBecomeFlags(t *testing.T) {
 		"network.allowedTargetCIDRs={10.96.0.0/12}", "network.hostNetworkNamespaceSelector=tier=edge",
 		"network.serviceCIDRPool=100.80.0.0/16",
 		"operator.leaderElection.leaseDuration=40s", "operator.extraArgs={--concurrency=8}",
-		"openstack.enabled=true", "openstack.cloudsSecret=os-creds", "openstack.networkID=net-1",
+		"openstack.enabled=true", "openstack.cloudsSecret=os-creds", "openstack.networkID=net-1", "openstack.resync=90s",
 	))
 	for _, want := range []string{
 		"--leader-elect", "--leader-elect-lease-duration=40s", "--service-cidr-pool=100.80.0.0/16",
@@ -237,7 +237,7 @@ func TestChartValuesBecomeFlags(t *testing.T) {
 		"--internal-source-cidrs=10.244.0.0/16,10.245.0.0/16", "--cluster-pod-cidrs=10.244.0.0/16",
 		"--cluster-service-cidrs=10.96.0.0/12", "--node-cidrs=192.0.2.0/24", "--allowed-target-cidrs=10.96.0.0/12",
 		"--host-network-namespace-selector=tier=edge", "--concurrency=8",
-		"--openstack-clouds-yaml=/etc/openstack/clouds.yaml", "--openstack-network-id=net-1",
+		"--openstack-clouds-yaml=/etc/openstack/clouds.yaml", "--openstack-network-id=net-1", "--openstack-resync=90s",
 	} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
@@ -280,6 +280,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"operator.extraArgs={rm -rf}", "'/operator/extraArgs/0'"},
 		{"operator.replica=2", "replica"},
 		{"openstack.enabled=true", "openstack"},
+		{"openstack.resync=often", "'/openstack/resync'"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			out, err := helm(t, "template", "bnerd-vpn-operator", chart, "--namespace", namespace, "--kube-version", kubeVersion, "--set", tc.set)
@@ -300,7 +301,7 @@ func TestChartLabValues(t *testing.T) {
 	args := operatorArgs(t, objs)
 	for _, want := range []string{"--agent-image=bnerd-vpn-gateway:lab", "--image-pull-policy=Never", "--userspace-dataplane",
 		"--internal-source-cidrs=100.96.0.0/24", "--cluster-pod-cidrs=100.96.0.0/24",
-		"--openstack-clouds-yaml=/etc/openstack/clouds.yaml", "--openstack-cloud=lab", "--openstack-network-id=lab-provider", "--openstack-nad-master=lab-cprov"} {
+		"--openstack-clouds-yaml=/etc/openstack/clouds.yaml", "--openstack-cloud=lab", "--openstack-network-id=lab-provider", "--openstack-nad-master=lab-cprov", "--openstack-resync=15s"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}
