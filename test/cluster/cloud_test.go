@@ -359,22 +359,54 @@ func test12CloudGateway(t *testing.T) {
 	t.Logf("UDP 500/4500 removed from group %s in the cloud: the operator restored them %.1fs later (its resync)", g.Name, took.Seconds())
 
 	// Right after that resync (the next one is 15 s away): without the rules the site's IKE goes
-	// unanswered; once the operator has put them back it negotiates again.
-	if out, err := L.swanctl(cloudSite, "--terminate", "--ike", ikeName(L.ikeSA(cloudSite)), "--timeout", "5"); err != nil {
-		t.Logf("terminating the site's IKE SA: %v %s", err, out)
-	}
+	// unanswered; once the operator has put them back it negotiates again. The rules go first
+	// (the group is stateful: a gateway that re-initiated toward the site as the site deleted
+	// its SA would get through on its way out), then the site drops its SA without waiting for
+	// an answer and negotiates anew.
 	removed := removeIKE()
+	if err := eventually(10*time.Second, func() error {
+		if in := routerIngress(port.ID); in == "" || strings.Contains(in, "dport 500") || strings.Contains(in, "dport 4500") {
+			return fmt.Errorf("the router still admits IKE to the port:\n%s", in)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := L.swanctl(cloudSite, "--terminate", "--ike", ikeName(L.ikeSA(cloudSite)), "--force"); err != nil {
+		t.Fatalf("terminating the site's IKE SA: %v %s", err, out)
+	}
 	child, _ := os.ReadFile(filepath.Join(L.state, "sites", cloudSite, "child"))
 	out, err := L.swanctl(cloudSite, "--initiate", "--child", strings.TrimSpace(string(child)), "--timeout", "10")
 	if err == nil {
 		t.Fatalf("without UDP 500/4500 in the group the site still negotiated (%.1fs after the removal):\n%s", time.Since(removed).Seconds(), out)
 	}
-	t.Logf("removed again: the site's negotiation goes unanswered (%s, %.1fs after the removal)", lastLine(out), time.Since(removed).Seconds())
+	if !strings.Contains(out, "sending packet: from "+siteLinkSite(cloudSiteIndex)+"[500] to "+fip+"[500]") || strings.Contains(out, "received packet: from "+fip) {
+		t.Fatalf("the site's negotiation failed, but not for want of an answer:\n%s", out)
+	}
+	t.Logf("removed again: the router no longer admits IKE to the port and the site's negotiation goes unanswered (%s, %.1fs after the removal)", lastLine(out), time.Since(removed).Seconds())
 	took = restored(removed)
 	if err := siteLive(cloudSite, cloudSiteIndex, url, 90*time.Second); err != nil {
 		t.Fatalf("after the rules came back: %v", err)
 	}
 	t.Logf("the operator restored UDP 500/4500 %.1fs after the removal; the site negotiated again and reaches web %.1fs after it", took.Seconds(), time.Since(removed).Seconds())
+}
+
+// routerIngress is the ingress chain the cloud's router holds for a port (its security groups'
+// rules as nft), "" when there is none.
+func routerIngress(portID string) string {
+	out, err := L.run(10*time.Second, "ip", "netns", "exec", "lab-cloud", "nft", "list", "table", "ip", labcloud.Table)
+	if err != nil {
+		return ""
+	}
+	i := strings.Index(out, `comment "port `+portID+` ingress"`)
+	if i < 0 {
+		return ""
+	}
+	rest := out[i:]
+	if j := strings.Index(rest, "\n\t}"); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest
 }
 
 // ikeName is the connection name of "<name>: #<id>".
