@@ -66,6 +66,9 @@ type GatewayReconciler struct {
 	// Endpoints provisions public endpoints (OpenStack, LoadBalancer, host network).
 	Endpoints *cloud.Chooser
 	alloc     *allocator
+	// written: what the last pass wrote to each VPNGateway, for passes that start before the
+	// cache shows it.
+	written written[*vpnv1.VPNGateway]
 	// poolRetry is how long a gateway waits before retrying an exhausted pool.
 	poolRetry time.Duration
 }
@@ -215,10 +218,12 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			// Gone without our finalizer having run (e.g. finalizer removed by hand).
 			r.alloc.release("", req.Namespace, req.Name)
 			forgetGateway(req.Namespace, req.Name)
+			r.written.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
 	}
+	gw, stale := r.written.recall(gw)
 	if err := r.alloc.ensureSeeded(ctx, r.Client); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -232,9 +237,10 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if err := r.Client.Patch(ctx, gw, patch); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 		}
+		stale = append(stale, gw.ResourceVersion)
 	}
 
-	s := &gatewayScope{gw: gw, obj: gw}
+	s := &gatewayScope{gw: gw, obj: gw, stale: stale}
 	if err := r.loadPeers(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -310,6 +316,7 @@ func (r *GatewayReconciler) finalize(ctx context.Context, gw *vpnv1.VPNGateway) 
 	}
 	r.alloc.release("", gw.Namespace, gw.Name)
 	forgetGateway(gw.Namespace, gw.Name)
+	r.written.forget(client.ObjectKeyFromObject(gw))
 	patch := client.MergeFrom(gw.DeepCopy())
 	controllerutil.RemoveFinalizer(gw, FinalizerAddresses)
 	if err := r.Client.Patch(ctx, gw, patch); err != nil {
@@ -352,9 +359,6 @@ func (r *GatewayReconciler) allocateServiceCIDR(s *gatewayScope, result *ctrl.Re
 	s.addresses = ok(ReasonAllocated, "service CIDR "+cidr.String())
 	if gw.Spec.ServiceCIDR != "" && gw.Status.ServiceCIDR != "" && gw.Spec.ServiceCIDR != gw.Status.ServiceCIDR {
 		s.addresses = failed(ReasonServiceCIDRChanged, fmt.Sprintf("spec.serviceCIDR %s differs from the service CIDR in use (%s), which clients depend on; delete and recreate the gateway to change it", gw.Spec.ServiceCIDR, gw.Status.ServiceCIDR))
-	}
-	if gw.Status.ServiceCIDR == "" {
-		r.Recorder.Eventf(s.obj, nil, corev1.EventTypeNormal, "ServiceCIDRAssigned", "Allocate", "service CIDR %s", cidr)
 	}
 }
 
@@ -601,10 +605,19 @@ func (r *GatewayReconciler) writeStatus(ctx context.Context, s *gatewayScope) er
 	desired := computeGatewayStatus(s, now)
 	observeGateway(s.gw, &desired)
 	if equality.Semantic.DeepEqual(desired, s.gw.Status) {
+		if len(s.stale) > 1 { // a finalizer added in this pass the cache may not show yet
+			r.written.record(s.stale, s.gw)
+		}
 		return nil
 	}
 	r.recordTransitions(s.gw, s.gw.Status.Conditions, desired.Conditions)
-	return applyStatus(ctx, r.Client, s.gw, "VPNGateway", &desired)
+	if err := applyStatus(ctx, r.Client, s.gw, "VPNGateway", &desired); err != nil {
+		return err
+	}
+	known := s.gw.DeepCopy()
+	known.Status = desired
+	r.written.record(s.stale, known)
+	return nil
 }
 
 // recordTransitions emits an event on obj when its Ready condition changes.
@@ -612,6 +625,11 @@ func (r *GatewayReconciler) recordTransitions(obj client.Object, before, after [
 	was := findCondition(before, vpnv1.ConditionReady)
 	now := findCondition(after, vpnv1.ConditionReady)
 	if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason) {
+		return
+	}
+	// A first status saying the gateway serves, or that its pod is still starting, is visible
+	// in the condition: events are for problems and for changes.
+	if was == nil && (now.Status == metav1.ConditionTrue || now.Reason == ReasonNotCreated || now.Reason == ReasonUnavailable) {
 		return
 	}
 	kind := corev1.EventTypeNormal

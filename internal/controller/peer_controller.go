@@ -47,6 +47,9 @@ type PeerReconciler struct {
 	Recorder  events.EventRecorder
 	// Model is the operator's configuration the decision depends on (the cluster's ranges).
 	Model model.Config
+	// written: what the last pass wrote to each peer, for passes that start before the cache
+	// shows it.
+	written written[*vpnv1.VPNPeer]
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -93,8 +96,12 @@ func (r *PeerReconciler) peersOfSecret(ctx context.Context, o client.Object) []r
 func (r *PeerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	peer := &vpnv1.VPNPeer{}
 	if err := r.Client.Get(ctx, req.NamespacedName, peer); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.written.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	peer, stale := r.written.recall(peer)
 	if !peer.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
@@ -127,7 +134,17 @@ func (r *PeerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	r.recordTransition(peer, conds)
 	status := &vpnv1.VPNPeerStatus{ObservedGeneration: peer.Generation, Conditions: conds}
-	return ctrl.Result{}, applyStatus(ctx, r.Client, peer, "VPNPeer", status)
+	if err := applyStatus(ctx, r.Client, peer, "VPNPeer", status); err != nil {
+		return ctrl.Result{}, err
+	}
+	known := peer.DeepCopy()
+	known.Status.ObservedGeneration = peer.Generation
+	for _, c := range conds {
+		meta.RemoveStatusCondition(&known.Status.Conditions, c.Type)
+		known.Status.Conditions = append(known.Status.Conditions, c)
+	}
+	r.written.record(stale, known)
+	return ctrl.Result{}, nil
 }
 
 // decide runs the model's authorization over the peer's gateway and all its siblings.
