@@ -61,8 +61,10 @@ type GatewayReconciler struct {
 	Client client.Client
 	// APIReader reads Secrets directly: the cache holds none.
 	APIReader client.Reader
-	Recorder  events.EventRecorder
-	Options   Options
+	// Secrets tells the peers' Secrets' types (shared with the PeerReconciler).
+	Secrets  *SecretFacts
+	Recorder events.EventRecorder
+	Options  Options
 	// Endpoints provisions public endpoints (OpenStack, LoadBalancer, host network).
 	Endpoints *cloud.Chooser
 	alloc     *allocator
@@ -84,14 +86,15 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		r.poolRetry = 10 * time.Minute // a safety net: releases wake waiting gateways at once
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&vpnv1.VPNGateway{}).
-		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.ConfigMap{}).
-		Owns(&corev1.ServiceAccount{}).
-		Owns(&rbacv1.Role{}).
-		Owns(&rbacv1.RoleBinding{}).
-		Owns(&networkingv1.NetworkPolicy{}).
-		Owns(&corev1.Service{}). // the LoadBalancer endpoint: its address arriving
+		For(&vpnv1.VPNGateway{}, builder.WithPredicates(notStatusOnly)).
+		// Children matter when they change or go; their creation is the pass that created them.
+		Owns(&appsv1.Deployment{}, notCreated).
+		Owns(&corev1.ConfigMap{}, notCreated).
+		Owns(&corev1.ServiceAccount{}, notCreated).
+		Owns(&rbacv1.Role{}, notCreated).
+		Owns(&rbacv1.RoleBinding{}, notCreated).
+		Owns(&networkingv1.NetworkPolicy{}, notCreated).
+		Owns(&corev1.Service{}, notCreated). // the LoadBalancer endpoint: its address arriving
 		// Peers matter to the gateway through their spec (and existence), not their status.
 		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(gatewayOfPeer), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfService)).
@@ -117,6 +120,11 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		Named("vpngateway").
 		Complete(r)
 }
+
+// notCreated drops create events: for a gateway's children, only the gateway's own pass
+// creates them (with its controller reference), and that pass already accounted for them.
+// A restarted operator passes over every gateway anyway (For).
+var notCreated = builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})
 
 func gatewayOfPeer(_ context.Context, o client.Object) []reconcile.Request {
 	p := o.(*vpnv1.VPNPeer)
@@ -390,7 +398,7 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 	if err != nil {
 		return err
 	}
-	refused, err := refusedSecrets(ctx, r.APIReader, s.gw.Namespace, s.peers)
+	refused, err := refusedSecrets(ctx, r.Secrets, s.gw.Namespace, s.peers)
 	if err != nil {
 		return err
 	}
@@ -459,7 +467,7 @@ func (r *GatewayReconciler) removeDeployment(ctx context.Context, s *gatewayScop
 // refusedSecrets are the peers' credential Secrets that exist and may not hold credentials
 // (model.CredentialSecretAllowed), by name with their type. Secrets are read directly (never
 // cached) and only their type is looked at.
-func refusedSecrets(ctx context.Context, reader client.Reader, namespace string, peers []vpnv1.VPNPeer) (map[string]string, error) {
+func refusedSecrets(ctx context.Context, secrets *SecretFacts, namespace string, peers []vpnv1.VPNPeer) (map[string]string, error) {
 	var out map[string]string
 	seen := map[string]bool{}
 	for _, p := range peers {
@@ -475,19 +483,18 @@ func refusedSecrets(ctx context.Context, reader client.Reader, namespace string,
 				continue
 			}
 			seen[n] = true
-			sec := &corev1.Secret{}
-			err := reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: n}, sec)
+			sec, err := secrets.get(ctx, types.NamespacedName{Namespace: namespace, Name: n})
 			switch {
-			case apierrors.IsNotFound(err):
-				continue
 			case err != nil:
 				return nil, fmt.Errorf("reading Secret %s: %w", n, err)
+			case !sec.found:
+				continue
 			}
-			if !model.CredentialSecretAllowed(string(sec.Type)) {
+			if !model.CredentialSecretAllowed(string(sec.typ)) {
 				if out == nil {
 					out = map[string]string{}
 				}
-				out[n] = string(sec.Type)
+				out[n] = string(sec.typ)
 			}
 		}
 	}

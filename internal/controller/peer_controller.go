@@ -42,9 +42,9 @@ const (
 // every peer of the same gateway.
 type PeerReconciler struct {
 	Client client.Client
-	// APIReader reads Secrets directly: the cache holds only their metadata.
-	APIReader client.Reader
-	Recorder  events.EventRecorder
+	// Secrets tells the Secrets' types and keys (shared with the GatewayReconciler).
+	Secrets  *SecretFacts
+	Recorder events.EventRecorder
 	// Model is the operator's configuration the decision depends on (the cluster's ranges).
 	Model model.Config
 	// written: what the last pass wrote to each peer, for passes that start before the cache
@@ -55,7 +55,7 @@ type PeerReconciler struct {
 // SetupWithManager registers the reconciler and its watches.
 func (r *PeerReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&vpnv1.VPNPeer{}).
+		For(&vpnv1.VPNPeer{}, builder.WithPredicates(notStatusOnly)).
 		// Siblings and the gateway change a peer's decision through their spec (and existence) only.
 		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(r.siblings), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// ... and through the service CIDR and public address it was given (the scope).
@@ -210,26 +210,25 @@ func (r *PeerReconciler) credentials(ctx context.Context, peer *vpnv1.VPNPeer) (
 	result := ok(ReasonSecretsPresent, "referenced Secrets exist")
 	var refused map[string]string
 	for _, ref := range refs {
-		s := &corev1.Secret{}
-		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: peer.Namespace, Name: ref.Name}, s)
+		s, err := r.Secrets.get(ctx, types.NamespacedName{Namespace: peer.Namespace, Name: ref.Name})
 		switch {
-		case apierrors.IsNotFound(err):
+		case err != nil:
+			return outcome{}, nil, err
+		case !s.found:
 			if result.status == metav1.ConditionTrue {
 				result = failed(ReasonSecretNotFound, fmt.Sprintf("Secret %q does not exist", ref.Name))
 			}
 			continue
-		case err != nil:
-			return outcome{}, nil, err
 		}
-		if !model.CredentialSecretAllowed(string(s.Type)) {
+		if !model.CredentialSecretAllowed(string(s.typ)) {
 			if refused == nil {
 				refused = map[string]string{}
 			}
-			refused[ref.Name] = string(s.Type)
-			result = failed(ReasonSecretTypeNotAllowed, fmt.Sprintf("Secret %q is of type %q; pre-shared keys must be kept in Opaque Secrets: it is not read and the peer gets no tunnel", ref.Name, s.Type))
+			refused[ref.Name] = string(s.typ)
+			result = failed(ReasonSecretTypeNotAllowed, fmt.Sprintf("Secret %q is of type %q; pre-shared keys must be kept in Opaque Secrets: it is not read and the peer gets no tunnel", ref.Name, s.typ))
 			continue
 		}
-		if len(s.Data[ref.Key]) == 0 && result.status == metav1.ConditionTrue {
+		if !s.keys[ref.Key] && result.status == metav1.ConditionTrue {
 			result = failed(ReasonSecretKeyMissing, fmt.Sprintf("Secret %q has no non-empty key %q", ref.Name, ref.Key))
 		}
 	}

@@ -1,11 +1,15 @@
 package controller
 
 import (
+	"maps"
 	"slices"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 )
 
 // written remembers, per object, the object as this operator's last pass left it (its
@@ -51,3 +55,28 @@ func (w *written[T]) record(stale []string, obj T) {
 
 // forget drops what is remembered of a deleted object.
 func (w *written[T]) forget(key types.NamespacedName) { w.m.Delete(key) }
+
+// notStatusOnly passes every event except an update that changed nothing but the object's
+// status (and the resourceVersion and managed fields that come with any write): for the
+// operator's own kinds, that is the operator's status write coming back (or the agent's
+// Connected condition), which changes nothing a pass reads as input. Without it each status
+// write cost one more full pass over the object.
+var notStatusOnly = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld, e.ObjectNew
+		if o == nil || n == nil {
+			return true
+		}
+		return o.GetGeneration() != n.GetGeneration() ||
+			!maps.Equal(o.GetLabels(), n.GetLabels()) ||
+			!maps.Equal(o.GetAnnotations(), n.GetAnnotations()) ||
+			!slices.Equal(withoutOwnFinalizer(o.GetFinalizers()), withoutOwnFinalizer(n.GetFinalizers())) ||
+			(slices.Contains(o.GetFinalizers(), FinalizerAddresses) && !slices.Contains(n.GetFinalizers(), FinalizerAddresses)) ||
+			!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) ||
+			!equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences())
+	},
+}
+
+func withoutOwnFinalizer(fs []string) []string {
+	return slices.DeleteFunc(slices.Clone(fs), func(f string) bool { return f == FinalizerAddresses })
+}

@@ -1,0 +1,67 @@
+package controller
+
+import (
+	"context"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// secretFacts is all the operator needs to know of a Secret: whether it exists, its type,
+// and which keys hold a non-empty value. Never a value.
+type secretFacts struct {
+	found bool
+	typ   corev1.SecretType
+	keys  map[string]bool
+}
+
+// SecretFacts reads Secrets' facts directly from the API server (the operator's cache holds
+// only Secrets' metadata, never their data) and remembers them by resourceVersion: a Secret
+// is read again only when the metadata cache shows it changed. Without this every pass over
+// a gateway read each of its peers' Secrets, and every pass over a peer its own — several
+// reads per peer while a gateway converges.
+type SecretFacts struct {
+	// Metadata reads Secrets' metadata (the manager's cache); API reads Secrets directly.
+	Metadata, API client.Reader
+
+	m sync.Map // types.NamespacedName -> *secretMemo
+}
+
+type secretMemo struct {
+	resourceVersion string
+	facts           secretFacts
+}
+
+// get returns the facts of the named Secret.
+func (s *SecretFacts) get(ctx context.Context, key types.NamespacedName) (secretFacts, error) {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	err := s.Metadata.Get(ctx, key, m)
+	switch {
+	case err == nil:
+		if v, ok := s.m.Load(key); ok && v.(*secretMemo).resourceVersion == m.ResourceVersion {
+			return v.(*secretMemo).facts, nil
+		}
+	case !apierrors.IsNotFound(err): // not yet in the cache: read it directly
+		return secretFacts{}, err
+	}
+	sec := &corev1.Secret{}
+	err = s.API.Get(ctx, key, sec)
+	switch {
+	case apierrors.IsNotFound(err):
+		s.m.Delete(key)
+		return secretFacts{}, nil
+	case err != nil:
+		return secretFacts{}, err
+	}
+	f := secretFacts{found: true, typ: sec.Type, keys: make(map[string]bool, len(sec.Data))}
+	for k, v := range sec.Data {
+		f.keys[k] = len(v) > 0
+	}
+	s.m.Store(key, &secretMemo{resourceVersion: sec.ResourceVersion, facts: f})
+	return f, nil
+}
