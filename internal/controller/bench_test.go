@@ -1,15 +1,14 @@
 package controller_test
 
 import (
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"context"
 	"encoding/json"
 	"fmt"
 	corev1 "k8s.io/api/core/v1"
-	"net/http"
 	"net/netip"
 	"os"
 	"runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -210,52 +209,7 @@ func benchControlPlane(b *testing.B, gateways, peersPer int, steady time.Duratio
 	var writes testenv.WriteCounter
 	b.ResetTimer()
 	start = time.Now()
-	var readsMu sync.Mutex
-	reads := map[string]int{}
-	rc := writes.Wrap(env.Config)
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return rtFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodGet {
-				readsMu.Lock()
-				k := req.URL.Path
-				if i := strings.LastIndex(k, "/"); i > 0 && strings.Contains(k, "/namespaces/") {
-					k = k[:i]
-				}
-				if req.URL.Query().Get("watch") != "" {
-					k = "WATCH " + k
-				}
-				reads[k]++
-				readsMu.Unlock()
-			}
-			return rt.RoundTrip(req)
-		})
-	})
-	defer func() { fmt.Println("DEBUG reads", reads) }()
-	stop := startOperator(b, cfg, rc)
-	go func() {
-		for writes.Count() == 0 {
-			time.Sleep(10 * time.Millisecond)
-		}
-		fmt.Println("DEBUG first write after", time.Since(start))
-		last, lastAt := int64(0), time.Now()
-		for time.Since(lastAt) < 3*time.Second {
-			if n := writes.Count(); n != last {
-				last, lastAt = n, time.Now()
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		fmt.Println("DEBUG last write after", lastAt.Sub(start), last)
-		mfs, _ := ctrlmetrics.Registry.Gather()
-		for _, mf := range mfs {
-			if mf.GetName() == "controller_runtime_reconcile_total" || mf.GetName() == "controller_runtime_reconcile_time_seconds" {
-				for _, m := range mf.GetMetric() {
-					if m.GetCounter().GetValue() > 0 || m.GetHistogram().GetSampleCount() > 0 {
-						fmt.Println("DEBUG", mf.GetName(), m.GetLabel(), m.GetCounter().GetValue(), m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum())
-					}
-				}
-			}
-		}
-	}()
+	stop := startOperator(b, cfg, writes.Wrap(env.Config))
 	poll(b, 10*time.Minute, 200*time.Millisecond, func() error {
 		var gws vpnv1.VPNGatewayList
 		if err := watcher.List(ctx, &gws, client.InNamespace(ns)); err != nil {
@@ -308,6 +262,7 @@ func benchControlPlane(b *testing.B, gateways, peersPer int, steady time.Duratio
 		got.Children, floor.Children, got.Finalizers, floor.Finalizers, got.GatewayStatuses, floor.GatewayStatuses,
 		got.PeerStatuses, floor.PeerStatuses, events, other, bareWrites)
 	fmt.Printf("  writes by kind: %v\n", converged)
+	fmt.Printf("  reconcile passes: %v\n", reconcilePasses())
 	fmt.Printf("  steady state: %d writes in %s (goal 0) %v\n", sumKinds(steadyWrites), steady, steadyWrites)
 	fmt.Printf("  operator heap %.0f MiB (goal <= 256 MiB)\n", heap)
 	b.ReportMetric(converge.Seconds(), "s-converge")
@@ -316,6 +271,25 @@ func benchControlPlane(b *testing.B, gateways, peersPer int, steady time.Duratio
 	b.ReportMetric(float64(floor.Total()), "writes-min")
 	b.ReportMetric(float64(sumKinds(steadyWrites)), "writes-steady")
 	b.ReportMetric(heap, "MiB-heap")
+}
+
+// reconcilePasses are the passes each controller made so far (controller-runtime's metrics).
+func reconcilePasses() map[string]float64 {
+	out := map[string]float64{}
+	mfs, _ := ctrlmetrics.Registry.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && m.GetCounter().GetValue() > 0 {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }
 
 // bareClientRun makes, in a fresh namespace holding the same gateways and peers, exactly
@@ -517,7 +491,3 @@ func envInt(name string, def int) int {
 	}
 	return def
 }
-
-type rtFunc func(*http.Request) (*http.Response, error)
-
-func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -87,14 +87,17 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&vpnv1.VPNGateway{}, builder.WithPredicates(notStatusOnly)).
-		// Children matter when they change or go; their creation is the pass that created them.
+		// Children matter when they change or go; their creation is the pass that created them
+		// (and that pass took them into account).
 		Owns(&appsv1.Deployment{}, notCreated).
 		Owns(&corev1.ConfigMap{}, notCreated).
 		Owns(&corev1.ServiceAccount{}, notCreated).
 		Owns(&rbacv1.Role{}, notCreated).
 		Owns(&rbacv1.RoleBinding{}, notCreated).
 		Owns(&networkingv1.NetworkPolicy{}, notCreated).
-		Owns(&corev1.Service{}, notCreated). // the LoadBalancer endpoint: its address arriving
+		// Services: the LoadBalancer endpoint's address arriving; a reverse exposure's Service
+		// is given its ClusterIP at creation, which the model needs (so creation counts).
+		Owns(&corev1.Service{}).
 		// Peers matter to the gateway through their spec (and existence), not their status.
 		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(gatewayOfPeer), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfService)).
@@ -174,6 +177,10 @@ func (r *GatewayReconciler) hostNetworkGatewaysOfNamespace(ctx context.Context, 
 }
 
 func (r *GatewayReconciler) gatewaysOfSecret(ctx context.Context, o client.Object) []reconcile.Request {
+	// The WireGuard key the operator generated for a gateway (owned by it) appearing.
+	if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "VPNGateway" && ref.APIVersion == vpnv1.GroupVersion.String() {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
+	}
 	var list vpnv1.VPNPeerList
 	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexPeerSecret: o.GetName()}); err != nil {
 		return nil
@@ -468,34 +475,26 @@ func (r *GatewayReconciler) removeDeployment(ctx context.Context, s *gatewayScop
 // (model.CredentialSecretAllowed), by name with their type. Secrets are read directly (never
 // cached) and only their type is looked at.
 func refusedSecrets(ctx context.Context, secrets *SecretFacts, namespace string, peers []vpnv1.VPNPeer) (map[string]string, error) {
-	var out map[string]string
-	seen := map[string]bool{}
+	var names []string
 	for _, p := range peers {
-		var names []string
 		if p.Spec.IPsec != nil {
 			names = append(names, p.Spec.IPsec.PSKSecretRef.Name)
 		}
 		if p.Spec.WireGuard != nil && p.Spec.WireGuard.PresharedKeySecretRef != nil {
 			names = append(names, p.Spec.WireGuard.PresharedKeySecretRef.Name)
 		}
-		for _, n := range names {
-			if n == "" || seen[n] {
-				continue
+	}
+	facts, err := secrets.getAll(ctx, namespace, names)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]string
+	for n, sec := range facts {
+		if sec.found && !model.CredentialSecretAllowed(string(sec.typ)) {
+			if out == nil {
+				out = map[string]string{}
 			}
-			seen[n] = true
-			sec, err := secrets.get(ctx, types.NamespacedName{Namespace: namespace, Name: n})
-			switch {
-			case err != nil:
-				return nil, fmt.Errorf("reading Secret %s: %w", n, err)
-			case !sec.found:
-				continue
-			}
-			if !model.CredentialSecretAllowed(string(sec.typ)) {
-				if out == nil {
-					out = map[string]string{}
-				}
-				out[n] = string(sec.typ)
-			}
+			out[n] = string(sec.typ)
 		}
 	}
 	return out, nil
@@ -504,7 +503,8 @@ func refusedSecrets(ctx context.Context, secrets *SecretFacts, namespace string,
 // nodeAddresses lists every node's addresses (exposure targets may not be a node).
 func (r *GatewayReconciler) nodeAddresses(ctx context.Context) ([]netip.Addr, error) {
 	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes); err != nil {
+	// Read only, here: no copy of every node on every pass.
+	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	var out []netip.Addr

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,4 +65,36 @@ func (s *SecretFacts) get(ctx context.Context, key types.NamespacedName) (secret
 	}
 	s.m.Store(key, &secretMemo{resourceVersion: sec.ResourceVersion, facts: f})
 	return f, nil
+}
+
+// getAll returns the facts of the named Secrets (empty names left out) in namespace. The
+// Secrets not known yet are read concurrently: a gateway's first pass would otherwise wait for
+// one round trip per peer before it can write anything.
+func (s *SecretFacts) getAll(ctx context.Context, namespace string, names []string) (map[string]secretFacts, error) {
+	out := make(map[string]secretFacts, len(names))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var firstErr error
+	limit := make(chan struct{}, 16)
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if seen[n] || n == "" {
+			continue
+		}
+		seen[n] = true
+		wg.Add(1)
+		limit <- struct{}{}
+		go func() {
+			defer func() { <-limit; wg.Done() }()
+			f, err := s.get(ctx, types.NamespacedName{Namespace: namespace, Name: n})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("reading Secret %s: %w", n, err)
+			}
+			out[n] = f
+		}()
+	}
+	wg.Wait()
+	return out, firstErr
 }
