@@ -475,16 +475,7 @@ func (r *GatewayReconciler) removeDeployment(ctx context.Context, s *gatewayScop
 // (model.CredentialSecretAllowed), by name with their type. Secrets are read directly (never
 // cached) and only their type is looked at.
 func refusedSecrets(ctx context.Context, secrets *SecretFacts, namespace string, peers []vpnv1.VPNPeer) (map[string]string, error) {
-	var names []string
-	for _, p := range peers {
-		if p.Spec.IPsec != nil {
-			names = append(names, p.Spec.IPsec.PSKSecretRef.Name)
-		}
-		if p.Spec.WireGuard != nil && p.Spec.WireGuard.PresharedKeySecretRef != nil {
-			names = append(names, p.Spec.WireGuard.PresharedKeySecretRef.Name)
-		}
-	}
-	facts, err := secrets.getAll(ctx, namespace, names)
+	facts, err := secrets.getAll(ctx, namespace, secretsOfPeers(peers))
 	if err != nil {
 		return nil, err
 	}
@@ -498,6 +489,15 @@ func refusedSecrets(ctx context.Context, secrets *SecretFacts, namespace string,
 		}
 	}
 	return out, nil
+}
+
+// secretsOfPeers are the Secrets the peers' tunnels need.
+func secretsOfPeers(peers []vpnv1.VPNPeer) []string {
+	var names []string
+	for i := range peers {
+		names = append(names, peerSecretNames(&peers[i])...)
+	}
+	return names
 }
 
 // nodeAddresses lists every node's addresses (exposure targets may not be a node).
