@@ -42,16 +42,20 @@ func (s *SecretFacts) get(ctx context.Context, key types.NamespacedName) (secret
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	err := s.Metadata.Get(ctx, key, m)
+	var opts []client.GetOption
 	switch {
 	case err == nil:
 		if v, ok := s.m.Load(key); ok && v.(*secretMemo).resourceVersion == m.ResourceVersion {
 			return v.(*secretMemo).facts, nil
 		}
+		// At least as new as the cached metadata: the API server answers from its watch cache
+		// rather than with a quorum read of etcd.
+		opts = append(opts, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: m.ResourceVersion}})
 	case !apierrors.IsNotFound(err): // not yet in the cache: read it directly
 		return secretFacts{}, err
 	}
 	sec := &corev1.Secret{}
-	err = s.API.Get(ctx, key, sec)
+	err = s.API.Get(ctx, key, sec, opts...)
 	switch {
 	case apierrors.IsNotFound(err):
 		s.m.Delete(key)
