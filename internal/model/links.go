@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 )
 
 // Link is one ready ClusterLink as the gateways use it: a service cluster's ranges, reached
@@ -211,4 +213,24 @@ func linkRoutes(links []Link) []Route {
 		return cmp.Or(comparePrefix(a.CIDR, b.CIDR), strings.Compare(a.Link, b.Link))
 	})
 	return out
+}
+
+// DeclaredSubnets are the subnets a peer declares in either protocol section, parsed, masked,
+// sorted and unique (unparsable ones skipped): what a ClusterLink may not overlap.
+func DeclaredSubnets(p *vpnv1.VPNPeer) []netip.Prefix {
+	var raw []string
+	if p.Spec.IPsec != nil {
+		raw = append(raw, p.Spec.IPsec.RemoteSubnets...)
+	}
+	if p.Spec.WireGuard != nil {
+		raw = append(raw, p.Spec.WireGuard.Subnets...)
+	}
+	return parsedSubnets(raw)
+}
+
+// ParseReadyLink is the Link of a ClusterLink whose Ready condition the link reconciler set
+// for its current spec, or false. The gateways use exactly these.
+func ParseReadyLink(name string, cidrs []string, via string) (Link, bool) {
+	d := decideLink(LinkSpec{Name: name, CIDRs: cidrs, Via: via}, LinkInput{})
+	return d.Link, d.Ready
 }
