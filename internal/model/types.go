@@ -17,7 +17,8 @@ import (
 type Config struct {
 	// PoolCIDR is where service CIDRs are allocated from (inside 100.64.0.0/10).
 	PoolCIDR netip.Prefix
-	// InternalSourceCIDRs may initiate toward reverse exposures (pod CIDR, ClusterLink ranges).
+	// InternalSourceCIDRs may initiate toward reverse exposures (the pod CIDR; the gateway model
+	// adds every ready ClusterLink's ranges).
 	InternalSourceCIDRs []netip.Prefix
 	// ClusterPodCIDRs, ClusterServiceCIDRs and NodeCIDRs are the cluster's own ranges: no
 	// peer's subnets may overlap them (a tunnel would capture the cluster's traffic).
