@@ -178,6 +178,64 @@ func test4hClusterLink(t *testing.T) {
 		t.Logf("%s (service cluster) -> %s (gateway pod %s, reverse exposure erp): %s", svcHost, url, pod.Name, strings.TrimSpace(out))
 	})
 
+	t.Run("without the link, the service cluster is refused; with it again, admitted", func(t *testing.T) {
+		pod, err := L.gatewayPod(wgGW)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var svc corev1.Service
+		if err := L.get(labNS, wgGW+"-erp", &svc); err != nil {
+			t.Fatal(err)
+		}
+		url := fmt.Sprintf("http://%s:%s/", pod.Status.PodIP, svc.Spec.Ports[0].TargetPort.String())
+		spec := link.Spec
+		if err := L.deleteAndWait(link, 60*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		recreated := false
+		recreate := func() {
+			if recreated {
+				return
+			}
+			recreated = true
+			c, cancel := ctx(20 * time.Second)
+			defer cancel()
+			if err := L.c.Create(c, &ipsecv1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: svcLink}, Spec: spec}); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := linkReady(svcLink, metav1.ConditionTrue, "Ready"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(recreate) // the lab keeps its link whatever happens here
+		var refusal error
+		if err := eventually(60*time.Second, func() error {
+			out, err := L.curlFromAddr(svcSite, svcHost, 2, url)
+			if err == nil {
+				return fmt.Errorf("still admitted without the link: %q", strings.TrimSpace(out))
+			}
+			refusal = err
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("link deleted: %s -> %s refused (%s)", svcHost, url, firstLine(refusal.Error()))
+		recreate()
+		if err := eventually(60*time.Second, func() error {
+			out, err := L.curlFromAddr(svcSite, svcHost, 3, url)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(out, "lan of roam, you are "+vipErp) {
+				return fmt.Errorf("unexpected answer %q", strings.TrimSpace(out))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("link re-created: Ready, %s admitted again", svcHost)
+	})
+
 	t.Run("no gateway added a route to the node's table", func(t *testing.T) {
 		out, err := L.run(10*time.Second, "ip", "-4", "route", "show", "proto", "191")
 		if err != nil {
