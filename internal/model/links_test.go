@@ -116,6 +116,9 @@ func TestBuildWithLinks(t *testing.T) {
 	if errs != nil {
 		t.Fatalf("Build: %v", errs)
 	}
+	if err := Verify(gw); err != nil {
+		t.Errorf("the built model with a link does not verify: %v", err)
+	}
 	wantRoutes := []Route{{CIDR: netip.MustParsePrefix("10.50.0.0/16"), Via: netip.MustParseAddr("198.51.100.202"), Link: "svc"}}
 	if !reflect.DeepEqual(gw.Routes, wantRoutes) {
 		t.Errorf("routes %+v", gw.Routes)
