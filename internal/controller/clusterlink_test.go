@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,6 +142,11 @@ func TestClusterLink(t *testing.T) {
 			}
 			return fmt.Errorf("peer late not rendered yet")
 		})
+		late := &vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late"}}
+		c := waitCondition(t, late, vpnv1.ConditionAuthorized, metav1.ConditionFalse, "SubnetOverlapsClusterRange")
+		if want := "203.0.113.240/28 overlaps ClusterLink " + link.Name + " 203.0.113.224/27"; !strings.Contains(c.Message, want) {
+			t.Errorf("late's Authorized message %q does not say %q", c.Message, want)
+		}
 		waitCondition(t, link, vpnv1.ConditionReady, metav1.ConditionTrue, "Ready")
 	})
 
