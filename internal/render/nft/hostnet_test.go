@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -21,7 +22,14 @@ func TestHostNetworkRulesMatchTheTunnelOnly(t *testing.T) {
 		}
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.opts(g)
-			in, out := "meta ipsec exists", "rt ipsec exists"
+			var reqids []uint32
+			for _, p := range g.Peers {
+				if p.IPsec != nil && p.HasTunnel() {
+					reqids = append(reqids, p.IPsec.Reqid)
+				}
+			}
+			slices.Sort(reqids)
+			in, out := reqidMatch("in", reqids), reqidMatch("out", reqids)
 			if o.TunnelInterface != "" {
 				in, out = `iifname "`+o.TunnelInterface+`"`, `oifname "`+o.TunnelInterface+`"`
 			}
