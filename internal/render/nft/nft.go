@@ -513,7 +513,7 @@ func (p *plan) elements() int {
 		n += len(f.grants)
 	}
 	if len(p.clients) > 0 && len(p.reverse) > 0 {
-		n += len(p.clients) + 2*len(p.reverse)
+		n += len(p.clients) + 3*len(p.reverse) // rev_dnat, its keys, rev_snat
 	}
 	return n
 }
@@ -636,6 +636,8 @@ func (p *plan) write() string {
 		}
 		writeElements(&b, notes, elems)
 		w("\t}\n\n")
+		keySet(&b, "rev_ports", "inet_proto . inet_service", "rev_dnat", elems)
+		w("\n")
 		w("\t# Reverse exposures: gateway port -> the exposure's virtual IP (the tunnel's source).\n")
 		w("\tmap rev_snat {\n\t\ttype inet_service : ipv4_addr\n")
 		elems = nil
@@ -655,6 +657,8 @@ func (p *plan) write() string {
 			}
 			writeElements(&b, nil, elems)
 			w("\t}\n\n")
+			keySet(&b, "rev_svc_keys", "ipv4_addr . inet_proto . inet_service", "rev_svc_dnat", elems)
+			w("\n")
 			w("\t# Reverse exposures on the node: (Service IP . port) -> the exposure's virtual IP.\n")
 			w("\tmap rev_svc_snat {\n\t\ttype ipv4_addr . inet_service : ipv4_addr\n")
 			elems = nil
@@ -664,7 +668,8 @@ func (p *plan) write() string {
 				}
 			}
 			writeElements(&b, nil, elems)
-			w("\t}\n")
+			w("\t}\n\n")
+			keySet(&b, "rev_svc_snat_keys", "ipv4_addr . inet_service", "rev_svc_snat", elems)
 		}
 	}
 
@@ -684,7 +689,7 @@ func (p *plan) write() string {
 		w("\tchain reverse_service {\n\t\ttype nat hook prerouting priority -110; policy accept;\n")
 		match, ret := p.notFromTunnel()
 		b.WriteString(ret)
-		w("\t\t%sip saddr @reverse_clients ip daddr . meta l4proto . th dport @rev_svc_dnat ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @rev_svc_dnat\n", match, MarkReverse)
+		w("\t\t%sip saddr @reverse_clients ip daddr . meta l4proto . th dport @rev_svc_keys ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @rev_svc_dnat\n", match, MarkReverse)
 		w("\t}\n")
 	}
 	w("\n\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n")
@@ -700,7 +705,7 @@ func (p *plan) write() string {
 			from, ret = p.notFromTunnel()
 			b.WriteString(ret)
 		}
-		w("\t\t%sfib daddr type local ip saddr @reverse_clients meta l4proto . th dport @rev_dnat ct mark set 0x%08x dnat ip to meta l4proto . th dport map @rev_dnat\n", from, MarkReverse)
+		w("\t\t%sfib daddr type local ip saddr @reverse_clients meta l4proto . th dport @rev_ports ct mark set 0x%08x dnat ip to meta l4proto . th dport map @rev_dnat\n", from, MarkReverse)
 	}
 	w("\t}\n\n")
 
@@ -723,7 +728,7 @@ func (p *plan) write() string {
 	if reverse {
 		w("\t\t# Reverse flows enter the tunnel from the exposure's virtual IP (inside the service CIDR).\n")
 		if p.serviceKeyed() {
-			w("\t\tmeta l4proto { tcp, udp } ct mark 0x%08x ct original ip daddr . ct original proto-dst @rev_svc_snat snat ip to ct original ip daddr . ct original proto-dst map @rev_svc_snat\n", MarkReverse)
+			w("\t\tmeta l4proto { tcp, udp } ct mark 0x%08x ct original ip daddr . ct original proto-dst @rev_svc_snat_keys snat ip to ct original ip daddr . ct original proto-dst map @rev_svc_snat\n", MarkReverse)
 		}
 		w("\t\tmeta l4proto { tcp, udp } ct mark 0x%08x snat ip to ct original proto-dst map @rev_snat\n", MarkReverse)
 	}
@@ -777,6 +782,19 @@ func (p *plan) write() string {
 	w("\t}\n")
 	w("}\n")
 	return b.String()
+}
+
+// keySet writes a set holding the keys of a map's elements ("key : value"), for the rules
+// that test membership before they translate: Linux 6.1 refuses (EINVAL) a lookup in a named
+// map that does not use its value (allowed from later kernels on), so such a test needs a set.
+func keySet(b *strings.Builder, name, typ, of string, mapElems []string) {
+	keys := make([]string, len(mapElems))
+	for i, e := range mapElems {
+		keys[i], _, _ = strings.Cut(e, " : ")
+	}
+	fmt.Fprintf(b, "\t# The keys of %s (membership tests; see keySet).\n\tset %s {\n\t\ttype %s\n", of, name, typ)
+	writeElements(b, nil, keys)
+	b.WriteString("\t}\n")
 }
 
 // nameList lists up to 8 names, then how many more there are.
