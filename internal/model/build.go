@@ -172,6 +172,7 @@ func Build(in Input) (*Gateway, []Error) {
 	}
 	verdicts, problems := authorize(gw, in.Peers, scope)
 	buildPeers(gw, in.Peers, verdicts, out, &errs)
+	assignReqids(gw, in.Peers, out)
 
 	if len(errs) > 0 {
 		return nil, errs

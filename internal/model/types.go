@@ -263,6 +263,9 @@ type IPsecPeer struct {
 	ESPProposals  []string      `json:"espProposals"`
 	RekeyTime     time.Duration `json:"rekeyTime"`
 	PSK           SecretKeyRef  `json:"psk"`
+	// Reqid is the fixed reqid of the peer's CHILD_SAs in kernel-ESP mode (see FirstReqid):
+	// the ruleset grants what arrives through an SA with this reqid only.
+	Reqid uint32 `json:"reqid,omitempty"`
 }
 
 // WireGuardPeer is the remote WireGuard device.

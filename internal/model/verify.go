@@ -23,7 +23,7 @@ var unsafeRanges = []netip.Prefix{
 // guarantees and the security model relies on: addresses inside the service CIDR, no peer
 // subnet that is unsafe or the gateway's own, tunnels pairwise disjoint, one identity per
 // IPsec peer, grants only to authorized peers and consistent in both directions, reverse
-// exposures into their grantee's subnets. The renderers check the rest (syntax, ports, names).
+// exposures into their grantee's subnets, IPsec reqids in range and unique. The renderers check the rest (syntax, ports, names).
 // Every problem is reported, joined.
 func Verify(g *Gateway) error {
 	if g == nil {
@@ -172,6 +172,7 @@ func Verify(g *Gateway) error {
 			}
 		}
 	}
+	verifyReqids(g, bad)
 	return errors.Join(errs...)
 }
 
