@@ -412,6 +412,7 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 		ServiceCIDR:       s.serviceCIDR,
 		Services:          services,
 		PublicAddress:     s.endpoint.publicAddress,
+		Uplink:            uplinkOf(s.endpoint.pod.NetworkAttachment),
 		NodeAddresses:     nodes,
 		OtherServiceCIDRs: r.alloc.othersHolding(s.kind, s.gw, targetAddresses(s.gw, services)),
 		RefusedSecrets:    refused,

@@ -32,6 +32,8 @@ type Input struct {
 	Services map[string]ServiceTarget
 	// PublicAddress from the endpoint, empty until known.
 	PublicAddress string
+	// Uplink is the endpoint's second NIC, nil when it has none.
+	Uplink *Uplink
 	// NodeAddresses are the cluster's nodes' addresses: never an exposure target.
 	NodeAddresses []netip.Addr
 	// OtherServiceCIDRs are the other gateways' service CIDRs: never an exposure target.
@@ -100,6 +102,7 @@ func Build(in Input) (*Gateway, []Error) {
 		UID:           gw.UID,
 		Generation:    gw.Generation,
 		PublicAddress: in.PublicAddress,
+		Uplink:        in.Uplink,
 	}
 
 	if in.Kind != "" && in.Kind != KindIPsecGateway {
@@ -178,6 +181,7 @@ func Build(in Input) (*Gateway, []Error) {
 	}
 	verdicts, problems := authorize(gw, in.Peers, scope)
 	buildPeers(gw, in.Peers, verdicts, out, &errs)
+	assignReqids(gw, in.Peers, out)
 
 	if len(errs) > 0 {
 		return nil, errs

@@ -23,7 +23,7 @@ var unsafeRanges = []netip.Prefix{
 // guarantees and the security model relies on: addresses inside the service CIDR, no peer
 // subnet that is unsafe or the gateway's own, tunnels pairwise disjoint, one identity per
 // IPsec peer, grants only to authorized peers and consistent in both directions, reverse
-// exposures into their grantee's subnets. The renderers check the rest (syntax, ports, names).
+// exposures into their grantee's subnets, IPsec reqids in range and unique. The renderers check the rest (syntax, ports, names).
 // Every problem is reported, joined.
 func Verify(g *Gateway) error {
 	if g == nil {
@@ -48,6 +48,16 @@ func Verify(g *Gateway) error {
 		bad("service CIDR %s is not a /16../28 network inside %s", sc, CGNATRange)
 	} else if g.LocalAddress != sc.Addr().Next() {
 		bad("local address %s is not the first address of the service CIDR %s", g.LocalAddress, sc)
+	}
+	if u := g.Uplink; u != nil {
+		if u.Interface == "" || len(u.Interface) > 15 || strings.ContainsAny(u.Interface, "/ \t\n\"") {
+			bad("uplink interface %q is not an interface name", u.Interface)
+		}
+		if !u.Address.IsValid() || !u.Address.Addr().Is4() || u.Address.Bits() == 0 || sc.IsValid() && u.Address.Overlaps(sc) {
+			bad("uplink address %s is not an IPv4 address with its subnet outside the service CIDR", u.Address)
+		} else if u.Gateway.IsValid() && (!u.Address.Contains(u.Gateway) || u.Gateway == u.Address.Addr()) {
+			bad("uplink gateway %s is not another address in %s", u.Gateway, u.Address.Masked())
+		}
 	}
 	for i, c := range g.InternalSourceCIDRs {
 		if !c.IsValid() || !c.Addr().Is4() || c.Masked() != c || c.Bits() == 0 {
@@ -180,6 +190,7 @@ func Verify(g *Gateway) error {
 			}
 		}
 	}
+	verifyReqids(g, bad)
 	return errors.Join(errs...)
 }
 

@@ -45,7 +45,7 @@ func ipsecPeer(name string, d model.Decision, exposures []string, subnets ...str
 	p := model.Peer{
 		Name:          name,
 		Authorization: d,
-		IPsec:         &model.IPsecPeer{RemoteAddress: "198.51.100.77", RemoteID: "198.51.100.77"},
+		IPsec:         &model.IPsecPeer{RemoteAddress: "198.51.100.77", RemoteID: "198.51.100.77", Reqid: model.PeerReqid("tenant-a", "fixture", name)},
 	}
 	if d.Authorized {
 		p.Exposures = exposures
