@@ -110,6 +110,8 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		})).
 		// A legacy host-network gateway that comes, goes or is released (migrated) too.
 		Watches(&ipsecv1.IPsecGateway{}, handler.EnqueueRequestsFromMapFunc(r.vpnGatewaysOnSameNode)).
+		// A ClusterLink becoming ready (or not) changes every gateway's routes and internal sources.
+		Watches(&ipsecv1.ClusterLink{}, handler.EnqueueRequestsFromMapFunc(r.allGateways), builder.WithPredicates(linkReadinessChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("vpngateway").
 		Complete(r)
@@ -398,6 +400,10 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 	if err != nil {
 		return err
 	}
+	links, err := ReadyLinks(ctx, r.Client)
+	if err != nil {
+		return err
+	}
 	s.built, s.buildErrs = model.Build(model.Input{
 		Gateway:           s.gw,
 		Kind:              s.kind,
@@ -412,6 +418,7 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 		RefusedSecrets:    refused,
 		ReverseClients:    clients,
 		ReverseServiceIPs: serviceIPs,
+		Links:             links,
 	})
 	if s.built == nil && len(s.buildErrs) > 0 && !s.configWasInvalid() {
 		r.Recorder.Eventf(s.obj, nil, corev1.EventTypeWarning, s.buildErrs[0].Reason, "Validate", "%s", truncate(joinErrors(s.buildErrs), 1000))

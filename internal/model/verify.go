@@ -65,6 +65,24 @@ func Verify(g *Gateway) error {
 		}
 	}
 
+	// Routes (ready ClusterLinks): the agent installs them, so a tampered model must not route
+	// anything but a service cluster's range: no default route, nothing unsafe or of the gateway's
+	// own, every range an internal source, the next hop a unicast address outside it.
+	for i, r := range g.Routes {
+		switch c := r.CIDR; {
+		case !c.IsValid() || !c.Addr().Is4() || c.Masked() != c || c.Bits() == 0:
+			bad("route %d (%s) is not an IPv4 network", i, c)
+		case !slices.Contains(g.InternalSourceCIDRs, c):
+			bad("route %d (%s) is not an internal source CIDR", i, c)
+		case !r.Via.Is4() || !r.Via.IsGlobalUnicast() || c.Contains(r.Via):
+			bad("route %d (%s): next hop %s is not a unicast IPv4 address outside it", i, c, r.Via)
+		default:
+			if reason := unsafeSubnet(c, sc, nil); reason != "" {
+				bad("route %d: %s %s", i, c, reason)
+			}
+		}
+	}
+
 	for _, a := range g.ReverseClients {
 		if !a.Is4() || !slices.ContainsFunc(g.InternalSourceCIDRs, func(c netip.Prefix) bool { return c.Contains(a) }) {
 			bad("reverse client %s is not inside the internal source CIDRs", a)

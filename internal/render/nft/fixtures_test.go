@@ -137,6 +137,33 @@ func renderCases() []renderCase {
 			opts: libipsec,
 		},
 		{
+			// Ready ClusterLinks: their whole ranges reach the reverse exposure (reverse_clients
+			// becomes an interval set; a pod inside a range is not listed twice), and an exposure
+			// targets a host in a service cluster.
+			name: "cluster-link",
+			gw: func() *model.Gateway {
+				g := ipsecGateway("ops", []model.Peer{
+					ipsecPeer("plant", allowed(model.ReasonDefaultAllow), []string{"web"}, "203.0.113.0/28"),
+				}, []model.Exposure{
+					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("10.50.0.9"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"plant"}},
+				})
+				g.Peers[0].ReverseExposures = []string{"plc"}
+				g.Routes = []model.Route{
+					{CIDR: pfx("10.50.0.0/16"), Via: addr("198.51.100.202"), Link: "svc"},
+					{CIDR: pfx("10.51.0.0/16"), Via: addr("198.51.100.202"), Link: "svc"},
+					{CIDR: pfx("172.20.0.0/24"), Via: addr("198.51.100.206"), Link: "other"},
+				}
+				g.InternalSourceCIDRs = []netip.Prefix{pfx("198.51.100.0/24"), pfx("10.50.0.0/16"), pfx("10.51.0.0/16"), pfx("172.20.0.0/24")}
+				g.ReverseClients = []netip.Addr{addr("198.51.100.7"), addr("198.51.100.9")}
+				g.ReverseExposures = []model.ReverseExposure{
+					{Name: "plc", VirtualIP: addr("100.64.7.20"), Target: addr("203.0.113.5"), Grantee: "plant",
+						Ports: []model.Port{{Protocol: "tcp", Port: 502, TargetPort: 502, GatewayPort: 20000}}},
+				}
+				return g
+			},
+			opts: libipsec,
+		},
+		{
 			// Without internalSourceCIDRs no reverse rule at all is rendered.
 			name: "reverse-exposure-without-internal-sources",
 			gw: func() *model.Gateway {

@@ -229,7 +229,10 @@ type plan struct {
 	sources []reqidSource
 	forward []forwardPort
 	clients []netip.Addr // reverse clients (pods allowed to reach reverse exposures)
-	reverse []reversePort
+	// clientRanges are whole ranges allowed to reach reverse exposures: the ready ClusterLinks'
+	// (a service cluster's workloads); reverse_clients becomes an interval set when present.
+	clientRanges []netip.Prefix
+	reverse      []reversePort
 }
 
 // kernelESP: an IPsec gateway without a tunnel interface, its tunnel traffic recognised by
@@ -238,10 +241,28 @@ func (p *plan) kernelESP() bool {
 	return p.protocol == model.ProtocolIPsec && !strings.HasPrefix(p.tunnelIn, "iifname ")
 }
 
+// hasClients: someone may reach the reverse exposures.
+func (p *plan) hasClients() bool { return len(p.clients) > 0 || len(p.clientRanges) > 0 }
+
+// clientElements are reverse_clients' elements: the pods outside the link ranges, then the
+// ranges (an interval set refuses an address inside a range it already holds).
+func (p *plan) clientElements() []string {
+	var out []string
+	for _, a := range p.clients {
+		if !slices.ContainsFunc(p.clientRanges, func(r netip.Prefix) bool { return r.Contains(a) }) {
+			out = append(out, a.String())
+		}
+	}
+	for _, r := range p.clientRanges {
+		out = append(out, r.String())
+	}
+	return out
+}
+
 // serviceKeyed: the gateway shares the node's network namespace and knows a reverse
 // exposure's Service IP, so it translates that Service for clients on its own node.
 func (p *plan) serviceKeyed() bool {
-	if !p.sharedNetns || len(p.clients) == 0 {
+	if !p.sharedNetns || !p.hasClients() {
 		return false
 	}
 	return slices.ContainsFunc(p.reverse, func(r reversePort) bool { return r.serviceIP.IsValid() })
@@ -440,6 +461,19 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 		p.clients = slices.Clone(g.ReverseClients)
 		slices.SortFunc(p.clients, netip.Addr.Compare)
 		p.clients = slices.Compact(p.clients)
+		var ranges []netip.Prefix
+		for _, r := range g.Routes {
+			if err := checkPrefix("ClusterLink "+commentName(r.Link)+" range", r.CIDR); err != nil {
+				return nil, err
+			}
+			if !slices.Contains(g.InternalSourceCIDRs, r.CIDR) {
+				return nil, fmt.Errorf("ClusterLink %q range %s is not an internal source CIDR", commentName(r.Link), r.CIDR)
+			}
+			ranges = append(ranges, r.CIDR)
+		}
+		if len(ranges) > 0 {
+			p.clientRanges = coverPrefixes(ranges)
+		}
 		gwPorts := make(map[uint16]string)
 		for _, r := range g.ReverseExposures {
 			if r.Grantee == "" {
@@ -512,8 +546,8 @@ func (p *plan) elements() int {
 	for _, f := range p.forward {
 		n += len(f.grants)
 	}
-	if len(p.clients) > 0 && len(p.reverse) > 0 {
-		n += len(p.clients) + 3*len(p.reverse) // rev_dnat, its keys, rev_snat
+	if p.hasClients() && len(p.reverse) > 0 {
+		n += len(p.clientElements()) + 3*len(p.reverse) // rev_dnat, its keys, rev_snat
 	}
 	return n
 }
@@ -615,15 +649,15 @@ func (p *plan) write() string {
 	writeElements(&b, notes, elems)
 	w("\t}\n")
 
-	reverse := len(p.clients) > 0 && len(p.reverse) > 0
+	reverse := p.hasClients() && len(p.reverse) > 0
 	if reverse {
 		w("\n\t# Reverse exposures: the pods that may reach them (the gateway's tenant), inside internalSourceCIDRs.\n")
 		w("\tset reverse_clients {\n\t\ttype ipv4_addr\n")
-		elems = nil
-		for _, a := range p.clients {
-			elems = append(elems, a.String())
+		if len(p.clientRanges) > 0 {
+			w("\t\t# and the ranges of the ready ClusterLinks (service clusters' workloads)\n")
+			w("\t\tflags interval\n")
 		}
-		writeElements(&b, nil, elems)
+		writeElements(&b, nil, p.clientElements())
 		w("\t}\n\n")
 		w("\t# Reverse exposures: (protocol . gateway port) -> (target in the grantee's subnets . port).\n")
 		w("\tmap rev_dnat {\n\t\ttype inet_proto . inet_service : ipv4_addr . inet_service\n")
