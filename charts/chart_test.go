@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
 	"github.com/bnerd/bnerd-vpn-operator/internal/manifests"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
 )
@@ -221,6 +222,23 @@ func TestChartValuesBecomeFlags(t *testing.T) {
 	}
 	if got := operatorArgs(t, render(t, "operator.leaderElection.enabled=false")); slices.ContainsFunc(got, func(a string) bool { return strings.HasPrefix(a, "--leader-elect") }) {
 		t.Errorf("leader election disabled, args %q", got)
+	}
+}
+
+// The NAD config template is a value (a file, as an install sets it: --set-file) reaching the
+// operator's flag unchanged: newlines, quotes and template actions intact.
+func TestChartNADConfigTemplateIsAFlag(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "nad.tmpl")
+	if err := os.WriteFile(f, []byte(openstack.HostDeviceNADConfigTemplate), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := operatorArgs(t, renderWith(t, "--set", "openstack.enabled=true", "--set", "openstack.cloudsSecret=os-creds",
+		"--set", "openstack.networkID=net-1", "--set-file", "openstack.nadConfigTemplate="+f))
+	if want := "--openstack-nad-config-template=" + openstack.HostDeviceNADConfigTemplate; !slices.Contains(args, want) {
+		t.Errorf("args %q lack %q", args, want)
+	}
+	if got := operatorArgs(t, render(t, "openstack.enabled=true", "openstack.cloudsSecret=os-creds", "openstack.networkID=net-1")); slices.ContainsFunc(got, func(a string) bool { return strings.HasPrefix(a, "--openstack-nad-config-template") }) {
+		t.Errorf("no template set, args %q", got)
 	}
 }
 

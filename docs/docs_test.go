@@ -659,6 +659,7 @@ var otherTools = map[string]string{
 	"interface":              "curl",
 	"max-time":               "curl",
 	"create-namespace":       "helm install",
+	"set-file":               "helm install",
 	"port":                   "openstack floating ip",
 	"allowed-unsafe-sysctls": "kubelet",
 	"load-all":               "swanctl",

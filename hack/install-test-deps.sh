@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests use (real nftables, network namespaces, traffic tools,
-# strongSwan) when any is missing, promtool (hack/promtool.sh) and libreswan's addconn
+# strongSwan, the CNI plugins the lab's NAD dispatch runs) when any is missing, promtool (hack/promtool.sh) and libreswan's addconn
 # (hack/libreswan-addconn.sh). Needs root (CI and the lab
 # run as root).
 set -euo pipefail
-packages=(nftables iproute2 iputils-ping socat iperf3 strongswan-swanctl charon-systemd libstrongswan-standard-plugins libstrongswan-extra-plugins libcharon-extra-plugins)
+packages=(nftables iproute2 iputils-ping socat iperf3 containernetworking-plugins strongswan-swanctl charon-systemd libstrongswan-standard-plugins libstrongswan-extra-plugins libcharon-extra-plugins)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

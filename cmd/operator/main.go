@@ -40,6 +40,7 @@ func command() *cobra.Command {
 		zapOpts                                           = zap.Options{}
 		pullPolicy                                        string
 		osYAML, osCloud, osNetwork, osSubnet, osNADMaster string
+		osNADTemplate                                     string
 	)
 	cmd := &cobra.Command{
 		Use:           "operator",
@@ -84,7 +85,7 @@ func command() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("--openstack-clouds-yaml: %w", err)
 				}
-				p, err := openstack.NewFromCloudsYAML(raw, osCloud, openstack.Config{NetworkID: osNetwork, SubnetID: osSubnet, NADMaster: osNADMaster})
+				p, err := openstack.NewFromCloudsYAML(raw, osCloud, openstack.Config{NetworkID: osNetwork, SubnetID: osSubnet, NADMaster: osNADMaster, NADConfigTemplate: osNADTemplate})
 				if err != nil {
 					return fmt.Errorf("OpenStack endpoint provider: %w", err)
 				}
@@ -102,7 +103,7 @@ func command() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&pool, "service-cidr-pool", model.DefaultPoolCIDR.String(), "pool gateways' service CIDRs (/24 each) are allocated from; must lie inside 100.64.0.0/10")
-	f.StringSliceVar(&internal, "internal-source-cidrs", nil, "address ranges allowed to initiate toward reverse exposures (pod CIDR, ClusterLink ranges); reverse exposures stay inactive until set")
+	f.StringSliceVar(&internal, "internal-source-cidrs", nil, "address ranges allowed to initiate toward reverse exposures (the pod CIDR; every ready ClusterLink's ranges are added to them); reverse exposures stay inactive until set")
 	f.StringSliceVar(&podCIDRs, "cluster-pod-cidrs", nil, "the cluster's pod CIDRs: no peer's subnets may overlap them")
 	f.StringSliceVar(&svcCIDRs, "cluster-service-cidrs", nil, "the cluster's Service CIDRs: no peer's subnets may overlap them")
 	f.StringSliceVar(&nodeCIDRs, "node-cidrs", nil, "the networks of the cluster's nodes: no peer's subnets may overlap them")
@@ -126,6 +127,7 @@ func command() *cobra.Command {
 	f.StringVar(&osNetwork, "openstack-network-id", "", "Neutron network the gateways' ports are created on")
 	f.StringVar(&osSubnet, "openstack-subnet-id", "", "subnet of that network for the ports' addresses (optional)")
 	f.StringVar(&osNADMaster, "openstack-nad-master", "eth1", "node interface the Multus attachment of a gateway port uses")
+	f.StringVar(&osNADTemplate, "openstack-nad-config-template", "", "text/template of the CNI config of a gateway port's NetworkAttachmentDefinition (empty: macvlan on --openstack-nad-master with the port's MAC and a static address; e.g. host-device when the port is attached to the node as its own NIC)")
 	f.Float32Var(&qps, "kube-api-qps", 200, "API requests per second")
 	f.IntVar(&burst, "kube-api-burst", 400, "API request burst")
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)

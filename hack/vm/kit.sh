@@ -4,7 +4,7 @@
 #   vmlinux       Debian's stock kernel (generic linux-image-amd64, NOT installed on the host:
 #                 apt-get download + dpkg-deb -x), uncompressed so qemu boots its PVH entry
 #   kroot/lib/modules/<release>/   the modules the dataplane needs (net/, crypto/, lib/,
-#                 arch/x86/crypto, veth, wireguard, virtio, 9p, overlay) with depmod's indexes
+#                 arch/x86/crypto, veth, tun, wireguard, virtio, 9p, overlay) with depmod's indexes
 #   initrd.gz     busybox-static + virtio/9p/overlay modules + hack/vm/init
 # A warm run does nothing but look the kernel version up. Installs qemu-system-x86,
 # busybox-static and kmod from Debian when missing (needs root then; kmod's modprobe also runs
@@ -101,12 +101,12 @@ for d in net crypto lib arch/x86/crypto drivers/virtio drivers/net/wireguard fs/
   mkdir -p "$dst/kernel/$(dirname "$d")"
   cp -a "$mroot/kernel/$d" "$dst/kernel/$d"
 done
-for f in drivers/net/veth.ko drivers/net/dummy.ko drivers/net/macvlan.ko drivers/net/ipvlan/ipvlan.ko; do
+for f in drivers/net/veth.ko drivers/net/tun.ko drivers/net/dummy.ko drivers/net/macvlan.ko drivers/net/ipvlan/ipvlan.ko; do
   [ -f "$mroot/kernel/$f" ] && install -D -m644 "$mroot/kernel/$f" "$dst/kernel/$f"
 done
 cp "$mroot"/modules.order "$mroot"/modules.builtin* "$dst/" 2>/dev/null || true
 depmod -b "$out/kroot" "$rel"
-wanted=(esp4 xfrm_user xfrm4_tunnel xfrm_interface wireguard veth nf_tables nft_xfrm nft_ct nft_chain_nat
+wanted=(esp4 xfrm_user xfrm4_tunnel xfrm_interface wireguard veth tun nf_tables nft_xfrm nft_ct nft_chain_nat
   gcm ghash_generic aesni_intel seqiv drbg jitterentropy_rng virtio_pci 9pnet_virtio 9p overlay)
 modprobe -d "$out/kroot" -S "$rel" --show-depends -a "${wanted[@]}" >/dev/null
 

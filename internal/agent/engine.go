@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/vishvananda/netlink"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
@@ -108,8 +109,12 @@ type Engine struct {
 	// VerifyEvery is how often the ruleset is checked against the one applied and repaired
 	// when it drifted (default 1 s: a repair within two seconds).
 	VerifyEvery time.Duration
-	// SkipLocalAddress leaves the gateway's service-CIDR address alone (unit tests).
+	// SkipLocalAddress leaves the gateway's service-CIDR address and its uplink's routing
+	// alone (unit tests).
 	SkipLocalAddress bool
+	// Netlink is the namespace whose addresses and routing the engine sets up; nil: the
+	// agent's own.
+	Netlink *netlink.Handle
 
 	mu         sync.Mutex
 	bundle     *render.Bundle
@@ -144,8 +149,19 @@ func (e *Engine) Apply(ctx context.Context, u Update) error {
 		e.Log.Info("cut connections whose grant was revoked", "connections", n)
 	}
 	if !e.SkipLocalAddress {
-		if err := ensureLocalAddress(nil, u.Bundle.Model); err != nil {
+		if err := ensureLocalAddress(e.Netlink, u.Bundle.Model); err != nil {
 			return err
+		}
+		// The tunnels bind to the uplink's address: nothing is loaded before it is there.
+		if err := EnsureUplink(e.Netlink, u.Bundle.Model); err != nil {
+			return err
+		}
+		skipped, err := ensureLinkRoutes(nil, u.Bundle.Model)
+		if err != nil {
+			return err
+		}
+		if len(skipped) > 0 {
+			e.Log.V(1).Info("ClusterLink routes left to the pod's default route", "routes", skipped)
 		}
 	}
 	if err := e.Driver.Apply(ctx, u.Bundle, u.Secrets); err != nil {

@@ -164,6 +164,10 @@ type NetworkAttachment struct {
 	PortID  string
 	MAC     string
 	FixedIP string
+	// Address is FixedIP with its subnet's prefix length; GatewayIP the subnet's gateway
+	// (empty when the subnet has none): the gateway's replies leave through the NIC to it.
+	Address   string
+	GatewayIP string
 }
 
 // NetworksAnnotation is the pod annotation through which Multus attaches extra networks.

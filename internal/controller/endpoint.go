@@ -92,6 +92,23 @@ func (r *GatewayReconciler) ensureEndpoint(ctx context.Context, s *gatewayScope)
 	return res.RetryAfter, nil
 }
 
+// uplinkOf is the model's view of the endpoint's second NIC; nil without one (or with an
+// address the provider did not fill in, which never happens for a rendered attachment).
+func uplinkOf(att *cloud.NetworkAttachment) *model.Uplink {
+	if att == nil {
+		return nil
+	}
+	addr, err := netip.ParsePrefix(att.Address)
+	if err != nil {
+		return nil
+	}
+	u := &model.Uplink{Interface: cloud.NetworkAttachmentInterface, Address: addr}
+	if gw, err := netip.ParseAddr(att.GatewayIP); err == nil {
+		u.Gateway = gw
+	}
+	return u
+}
+
 // networkAttachment is the Multus NetworkAttachmentDefinition giving the pod its cloud port.
 func networkAttachment(att *cloud.NetworkAttachment, owner metav1.OwnerReference) (*unstructured.Unstructured, error) {
 	var cfg map[string]any

@@ -119,6 +119,8 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		})).
 		// A legacy host-network gateway that comes, goes or is released (migrated) too.
 		Watches(&ipsecv1.IPsecGateway{}, handler.EnqueueRequestsFromMapFunc(r.vpnGatewaysOnSameNode)).
+		// A ClusterLink becoming ready (or not) changes every gateway's routes and internal sources.
+		Watches(&ipsecv1.ClusterLink{}, handler.EnqueueRequestsFromMapFunc(r.allGateways), builder.WithPredicates(linkReadinessChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("vpngateway").
 		Complete(r)
@@ -417,6 +419,10 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 	if err != nil {
 		return err
 	}
+	links, err := ReadyLinks(ctx, r.Client)
+	if err != nil {
+		return err
+	}
 	s.built, s.buildErrs = model.Build(model.Input{
 		Gateway:           s.gw,
 		Kind:              s.kind,
@@ -425,11 +431,13 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 		ServiceCIDR:       s.serviceCIDR,
 		Services:          services,
 		PublicAddress:     s.endpoint.publicAddress,
+		Uplink:            uplinkOf(s.endpoint.pod.NetworkAttachment),
 		NodeAddresses:     nodes,
 		OtherServiceCIDRs: r.alloc.othersHolding(s.kind, s.gw, targetAddresses(s.gw, services)),
 		RefusedSecrets:    refused,
 		ReverseClients:    clients,
 		ReverseServiceIPs: serviceIPs,
+		Links:             links,
 	})
 	if s.built == nil && len(s.buildErrs) > 0 && !s.configWasInvalid() {
 		r.Recorder.Eventf(s.obj, nil, corev1.EventTypeWarning, s.buildErrs[0].Reason, "Validate", "%s", truncate(joinErrors(s.buildErrs), 1000))

@@ -8,11 +8,9 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -20,40 +18,16 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
+	"github.com/bnerd/bnerd-vpn-operator/internal/labcloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 )
 
 // installNADCRD installs a minimal Multus NetworkAttachmentDefinition CRD (what Multus ships).
 func installNADCRD(t *testing.T) {
 	t.Helper()
-	preserve := true
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "network-attachment-definitions.k8s.cni.cncf.io"},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: "k8s.cni.cncf.io", Scope: apiextensionsv1.NamespaceScoped,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "network-attachment-definitions", Singular: "network-attachment-definition", Kind: "NetworkAttachmentDefinition", ListKind: "NetworkAttachmentDefinitionList"},
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &preserve}}}},
-		},
-	}
-	ctx := context.Background()
-	sch := runtime.NewScheme()
-	if err := apiextensionsv1.AddToScheme(sch); err != nil {
+	if err := labcloud.InstallNADCRD(context.Background(), env.Config); err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(env.Config, client.Options{Scheme: sch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	eventually(t, 20*time.Second, func() error {
-		l := &unstructured.UnstructuredList{}
-		l.SetAPIVersion("k8s.cni.cncf.io/v1")
-		l.SetKind("NetworkAttachmentDefinitionList")
-		return env.Client.List(ctx, l)
-	})
 }
 
 // testCloud is the in-repo Neutron/Keystone with the operator's user, an external network
@@ -113,6 +87,23 @@ func TestOpenStackEndpointThroughOperator(t *testing.T) {
 		t.Fatalf("cloud resources after Ensure: %+v", inv)
 	}
 	waitCondition(t, gw, vpnv1.ConditionRendered, metav1.ConditionTrue, "Applied")
+	// The agent learns the port as the uplink its tunnels bind to and answer through.
+	var port neutronfake.Port
+	for _, p := range fake.PortList() {
+		if strings.Contains(strings.Join(p.Tags, ","), string(gw.UID)) || strings.Contains(p.Name, string(gw.UID)) {
+			port = p
+		}
+	}
+	if len(port.FixedIPs) == 0 {
+		t.Fatalf("no port of the gateway in %+v", fake.PortList())
+	}
+	m, err := renderedModel(ctx, ns, "fip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := m.Uplink; u == nil || u.Interface != cloud.NetworkAttachmentInterface || u.Address.String() != port.FixedIPs[0].IPAddress+"/24" || u.Gateway.String() != "100.100.0.1" {
+		t.Fatalf("rendered uplink %+v, want net1 with the port's %s/24 via 100.100.0.1", u, port.FixedIPs[0].IPAddress)
+	}
 	nad := &unstructured.Unstructured{}
 	nad.SetAPIVersion("k8s.cni.cncf.io/v1")
 	nad.SetKind("NetworkAttachmentDefinition")

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
@@ -62,6 +63,8 @@ func (r *PeerReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) err
 		Watches(&vpnv1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.peersOfGateway),
 			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, scopeChanged))).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.peersOfSecret)).
+		// A ready ClusterLink's ranges are withheld from the peers (as the gateway's model does).
+		Watches(&ipsecv1.ClusterLink{}, handler.EnqueueRequestsFromMapFunc(r.allPeers), builder.WithPredicates(linkReadinessChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("vpnpeer").
 		Complete(r)
@@ -168,6 +171,9 @@ func (r *PeerReconciler) decide(ctx context.Context, peer *vpnv1.VPNPeer, refuse
 		}
 	}
 	scope := PeerScope(gw, r.Model)
+	if scope.Links, err = ReadyLinks(ctx, r.Client); err != nil {
+		return model.Decision{}, err
+	}
 	scope.RefusedSecrets = refused // only the peer's own credentials decide its own tunnel
 	decisions, _ := model.Authorize(gw, peers, scope)
 	d, found := decisions[peer.Name]
@@ -267,4 +273,17 @@ func sameConditions(have, want []metav1.Condition) bool {
 		}
 	}
 	return true
+}
+
+// allPeers enqueues every VPNPeer.
+func (r *PeerReconciler) allPeers(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list vpnv1.VPNPeerList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, len(list.Items))
+	for i := range list.Items {
+		reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
+	}
+	return reqs
 }

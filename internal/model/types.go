@@ -17,7 +17,8 @@ import (
 type Config struct {
 	// PoolCIDR is where service CIDRs are allocated from (inside 100.64.0.0/10).
 	PoolCIDR netip.Prefix
-	// InternalSourceCIDRs may initiate toward reverse exposures (pod CIDR, ClusterLink ranges).
+	// InternalSourceCIDRs may initiate toward reverse exposures (the pod CIDR; the gateway model
+	// adds every ready ClusterLink's ranges).
 	InternalSourceCIDRs []netip.Prefix
 	// ClusterPodCIDRs, ClusterServiceCIDRs and NodeCIDRs are the cluster's own ranges: no
 	// peer's subnets may overlap them (a tunnel would capture the cluster's traffic).
@@ -70,6 +71,29 @@ type Endpoint struct {
 	HostAddress netip.Addr `json:"hostAddress,omitzero"`
 }
 
+// Uplink is the gateway pod's second NIC (an OpenStack port attached through Multus): the
+// tunnels are bound to its address (charon's local_addrs) and every packet from that address
+// leaves through it, toward Gateway (source-based policy routing), not through the pod's
+// default route — the cloud's router translates the floating IP to this address only.
+type Uplink struct {
+	// Interface is the NIC's name in the pod ("net1").
+	Interface string `json:"interface"`
+	// Address is the port's fixed IP with its subnet's prefix length.
+	Address netip.Prefix `json:"address"`
+	// Gateway is the subnet's gateway; invalid when it has none (on-link only).
+	Gateway netip.Addr `json:"gateway,omitzero"`
+}
+
+// The uplink's policy routing in the gateway pod's namespace (an uplink never exists on the
+// host network): packets from the uplink's address, and packets carrying UplinkMark (the
+// WireGuard device's own, whatever their source), look up UplinkTable (rules at priority
+// UplinkRulePriority, before the main table), which routes them out of the uplink.
+const (
+	UplinkTable        = 2150
+	UplinkRulePriority = 2150
+	UplinkMark         = 0x62760003
+)
+
 // KindIPsecGateway is Gateway.Kind of a gateway declared by the legacy ipsec.bnerd.net
 // IPsecGateway (translated into the unified API); an empty Kind is a VPNGateway.
 const KindIPsecGateway = "IPsecGateway"
@@ -89,6 +113,9 @@ type Gateway struct {
 	Endpoint   Endpoint  `json:"endpoint"`
 	// PublicAddress peers connect to (empty until the endpoint has one).
 	PublicAddress string `json:"publicAddress,omitempty"`
+	// Uplink is the pod's second NIC carrying the tunnels (a cloud port), nil when the
+	// tunnels use the pod's own interface.
+	Uplink *Uplink `json:"uplink,omitempty"`
 
 	// ServiceCIDR is the client's view of us (IPsec local_ts in snat mode).
 	ServiceCIDR netip.Prefix `json:"serviceCIDR"`
@@ -99,8 +126,13 @@ type Gateway struct {
 	Exposures        []Exposure        `json:"exposures,omitempty"`
 	ReverseExposures []ReverseExposure `json:"reverseExposures,omitempty"`
 
-	// InternalSourceCIDRs may initiate toward reverse exposures.
+	// InternalSourceCIDRs may initiate toward reverse exposures: the operator's
+	// internalSourceCIDRs and every ready ClusterLink's ranges.
 	InternalSourceCIDRs []netip.Prefix `json:"internalSourceCIDRs,omitempty"`
+	// Routes toward the ready ClusterLinks' ranges (next hop on the fabric), sorted by range.
+	// Their ranges are internal sources as a whole (the service cluster's workloads), not
+	// only through ReverseClients.
+	Routes []Route `json:"routes,omitempty"`
 	// ReverseClients are the addresses that may reach the reverse exposures: the pods of the
 	// gateway's namespace and of ReverseClientNamespaces, host-network pods excluded, inside
 	// InternalSourceCIDRs. Sorted, unique.
@@ -237,6 +269,9 @@ type IPsecPeer struct {
 	ESPProposals  []string      `json:"espProposals"`
 	RekeyTime     time.Duration `json:"rekeyTime"`
 	PSK           SecretKeyRef  `json:"psk"`
+	// Reqid is the fixed reqid of the peer's CHILD_SAs in kernel-ESP mode (see FirstReqid):
+	// the ruleset grants what arrives through an SA with this reqid only.
+	Reqid uint32 `json:"reqid,omitempty"`
 }
 
 // WireGuardPeer is the remote WireGuard device.

@@ -23,7 +23,7 @@ var unsafeRanges = []netip.Prefix{
 // guarantees and the security model relies on: addresses inside the service CIDR, no peer
 // subnet that is unsafe or the gateway's own, tunnels pairwise disjoint, one identity per
 // IPsec peer, grants only to authorized peers and consistent in both directions, reverse
-// exposures into their grantee's subnets. The renderers check the rest (syntax, ports, names).
+// exposures into their grantee's subnets, IPsec reqids in range and unique. The renderers check the rest (syntax, ports, names).
 // Every problem is reported, joined.
 func Verify(g *Gateway) error {
 	if g == nil {
@@ -49,9 +49,37 @@ func Verify(g *Gateway) error {
 	} else if g.LocalAddress != sc.Addr().Next() {
 		bad("local address %s is not the first address of the service CIDR %s", g.LocalAddress, sc)
 	}
+	if u := g.Uplink; u != nil {
+		if u.Interface == "" || len(u.Interface) > 15 || strings.ContainsAny(u.Interface, "/ \t\n\"") {
+			bad("uplink interface %q is not an interface name", u.Interface)
+		}
+		if !u.Address.IsValid() || !u.Address.Addr().Is4() || u.Address.Bits() == 0 || sc.IsValid() && u.Address.Overlaps(sc) {
+			bad("uplink address %s is not an IPv4 address with its subnet outside the service CIDR", u.Address)
+		} else if u.Gateway.IsValid() && (!u.Address.Contains(u.Gateway) || u.Gateway == u.Address.Addr()) {
+			bad("uplink gateway %s is not another address in %s", u.Gateway, u.Address.Masked())
+		}
+	}
 	for i, c := range g.InternalSourceCIDRs {
 		if !c.IsValid() || !c.Addr().Is4() || c.Masked() != c || c.Bits() == 0 {
 			bad("internal source CIDR %d (%s) is not an IPv4 network", i, c)
+		}
+	}
+
+	// Routes (ready ClusterLinks): the agent installs them, so a tampered model must not route
+	// anything but a service cluster's range: no default route, nothing unsafe or of the gateway's
+	// own, every range an internal source, the next hop a unicast address outside it.
+	for i, r := range g.Routes {
+		switch c := r.CIDR; {
+		case !c.IsValid() || !c.Addr().Is4() || c.Masked() != c || c.Bits() == 0:
+			bad("route %d (%s) is not an IPv4 network", i, c)
+		case !slices.Contains(g.InternalSourceCIDRs, c):
+			bad("route %d (%s) is not an internal source CIDR", i, c)
+		case !r.Via.Is4() || !r.Via.IsGlobalUnicast() || c.Contains(r.Via):
+			bad("route %d (%s): next hop %s is not a unicast IPv4 address outside it", i, c, r.Via)
+		default:
+			if reason := unsafeSubnet(c, sc, nil); reason != "" {
+				bad("route %d: %s %s", i, c, reason)
+			}
 		}
 	}
 
@@ -162,6 +190,7 @@ func Verify(g *Gateway) error {
 			}
 		}
 	}
+	verifyReqids(g, bad)
 	return errors.Join(errs...)
 }
 

@@ -350,3 +350,36 @@ func Open(t testing.TB, name string) *NS { return &NS{Name: name, t: t} }
 
 // WithT returns the same namespace reporting to t.
 func (n *NS) WithT(t testing.TB) *NS { return &NS{Name: n.Name, t: t} }
+
+// OutputCounters counts, per interface, the packets the namespace sends from src through each
+// of ifaces (an nft table "inet probe" in its output path); the returned function reads an
+// interface's count.
+func (n *NS) OutputCounters(src string, ifaces ...string) func(iface string) int {
+	n.t.Helper()
+	var b strings.Builder
+	b.WriteString("table inet probe {\n")
+	for _, i := range ifaces {
+		fmt.Fprintf(&b, "  counter via_%s {}\n", i)
+	}
+	b.WriteString("  chain out {\n    type filter hook output priority 0; policy accept;\n")
+	for _, i := range ifaces {
+		fmt.Fprintf(&b, "    ip saddr %s oifname %q counter name \"via_%s\"\n", src, i, i)
+	}
+	b.WriteString("  }\n}\n")
+	if out, err := n.RunInput(b.String(), "nft", "-f", "-"); err != nil {
+		n.t.Fatalf("%s: nft: %v\n%s", n.Name, err, out)
+	}
+	return func(iface string) int {
+		n.t.Helper()
+		out := n.MustRun("nft", "list", "counter", "inet", "probe", "via_"+iface)
+		i := strings.Index(out, "packets ")
+		if i < 0 {
+			n.t.Fatalf("%s: counter via_%s: %s", n.Name, iface, out)
+		}
+		v, err := strconv.Atoi(strings.Fields(out[i+len("packets "):])[0])
+		if err != nil {
+			n.t.Fatalf("%s: counter via_%s: %s", n.Name, iface, out)
+		}
+		return v
+	}
+}

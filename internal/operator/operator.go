@@ -287,6 +287,9 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 	if err := (&controller.IPsecGatewayReconciler{Gateways: gateways}).SetupWithManager(mgr, cfg.Concurrency); err != nil {
 		return nil, fmt.Errorf("ipsecgateway controller: %w", err)
 	}
+	if err := (&controller.ClusterLinkReconciler{Client: mgr.GetClient(), Recorder: recorder, Model: cfg.Options.Model}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("clusterlink controller: %w", err)
+	}
 	if err := (&controller.PeerReconciler{Client: mgr.GetClient(), Secrets: secrets, Recorder: recorder, Model: cfg.Options.Model}).
 		SetupWithManager(mgr, cfg.Concurrency); err != nil {
 		return nil, fmt.Errorf("peer controller: %w", err)

@@ -950,13 +950,7 @@ func (l *lab) newSite(name string) *labSite {
 		subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(16 * i)}), 28),
 		addr:   netip.AddrFrom4([4]byte{203, 0, 113, byte(16*i + 1)}),
 	}
-	short := "s" + strconv.Itoa(i)
-	if l.proto == vpnv1.ProtocolIPsec {
-		s.cns = l.crun.Netns(short)
-		s.ns = netns.Open(l.tb, s.cns.Name)
-	} else {
-		s.ns = l.nrun.NS(short)
-	}
+	s.ns, s.cns = l.namespace("s" + strconv.Itoa(i))
 	gwIf := "ext" + strconv.Itoa(i)
 	netns.Veth(l.gw, gwIf, s.ns, "ext0")
 	l.gw.MustRun("ip", "addr", "add", labGatewayAddr.String()+"/32", "peer", s.ext.String()+"/32", "dev", gwIf)
@@ -970,13 +964,29 @@ func (l *lab) newSite(name string) *labSite {
 	return s
 }
 
+// namespace creates one more namespace of the lab (IPsec labs: charontest's, as charon needs;
+// cns is then its charontest handle).
+func (l *lab) namespace(short string) (ns *netns.NS, cns *charontest.Netns) {
+	if l.proto == vpnv1.ProtocolIPsec {
+		cns = l.crun.Netns(short)
+		return netns.Open(l.tb, cns.Name), cns
+	}
+	return l.nrun.NS(short), nil
+}
+
 // configureDevice configures the site's own device toward the gateway, as its owner would
 // from our parameter sheet (the gateway need not know the site yet).
 func (l *lab) configureDevice(s *labSite) {
+	l.configureDeviceTo(s, l.gwKey, 51820, l.serviceCIDR)
+}
+
+// configureDeviceTo configures the site's device toward the gateway's address with remote as
+// the networks behind the gateway (WireGuard: gwKey's device on port; IPsec ignores both).
+func (l *lab) configureDeviceTo(s *labSite, gwKey wgtypes.Key, port uint16, remote netip.Prefix) {
 	l.tb.Helper()
 	if l.proto == vpnv1.ProtocolIPsec {
 		s.charon = charontest.Start(l.tb, s.cns, s.name, charontest.Config{})
-		if err := s.charon.LoadSwanctlConf(labSwanctlConf(s, l.serviceCIDR)); err != nil {
+		if err := s.charon.LoadSwanctlConf(labSwanctlConf(s, remote)); err != nil {
 			l.tb.Fatal(err)
 		}
 		return
@@ -985,53 +995,18 @@ func (l *lab) configureDevice(s *labSite) {
 	ref := model.SecretKeyRef{Name: "site", Key: "privateKey"}
 	if err := s.wg.Apply(&rwg.Config{
 		Interface: rwg.Interface{ListenPort: 51821, Address: netip.PrefixFrom(s.addr, s.subnet.Bits()), MTU: 1420, PrivateKey: ref},
-		Peers: []rwg.Peer{{Name: "gateway", PublicKey: l.gwKey.PublicKey().String(), AllowedIPs: []netip.Prefix{l.serviceCIDR},
-			Endpoint: netip.AddrPortFrom(labGatewayAddr, 51820).String(), PersistentKeepalive: 1}},
+		Peers: []rwg.Peer{{Name: "gateway", PublicKey: gwKey.PublicKey().String(), AllowedIPs: []netip.Prefix{remote},
+			Endpoint: netip.AddrPortFrom(labGatewayAddr, port).String(), PersistentKeepalive: 1}},
 	}, wgtest.Secrets{ref: []byte(s.key.String())}); err != nil {
 		l.tb.Fatalf("site %s device: %v\n%s", s.name, err, s.wg.Log())
 	}
 }
 
-func labSwanctlConf(s *labSite, serviceCIDR netip.Prefix) string {
-	return `connections {
-  gw {
-    version = 2
-    local_addrs = ` + s.ext.String() + `
-    remote_addrs = ` + labGatewayAddr.String() + `
-    proposals = aes256gcm16-prfsha256-ecp256
-    dpd_delay = 1s
-    mobike = no
-    local { auth = psk
-            id = ` + s.name + `.example.com }
-    remote { auth = psk
-             id = ` + labGatewayAddr.String() + ` }
-    children {
-      net {
-        local_ts = ` + strings.Join(append([]string{s.subnet.String()}, prefixStrings(s.claims)...), ", ") + `
-        remote_ts = ` + serviceCIDR.String() + `
-        esp_proposals = aes256gcm16-ecp256
-        start_action = start
-        dpd_action = restart
-      }
-    }
-  }
-}
-secrets {
-  ike-gw {
-    id-1 = ` + s.name + `.example.com
-    id-2 = ` + labGatewayAddr.String() + `
-    secret = "` + s.psk + `"
-  }
-}
-`
-}
-
-func prefixStrings(ps []netip.Prefix) []string {
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = p.String()
-	}
-	return out
+// labSwanctlConf is the site's swanctl.conf: it initiates toward the gateway, remote_ts the
+// networks behind it.
+func labSwanctlConf(s *labSite, remote netip.Prefix) string {
+	return charontest.PSKConf(charontest.End{Addr: s.ext, ID: s.name + ".example.com", TS: append([]netip.Prefix{s.subnet}, s.claims...)},
+		charontest.End{Addr: labGatewayAddr, ID: labGatewayAddr.String(), TS: []netip.Prefix{remote}}, s.psk, true)
 }
 
 // createPeer creates the site's VPNPeer granted the exposures (and, for IPsec, its PSK

@@ -1,6 +1,14 @@
-// Package firewall applies the gateway's rendered nftables ruleset atomically (one `nft -f`
-// transaction replaces the whole table), re-asserts it when the table drifts from what was
-// applied, and reads its per-peer drop counters.
+// Package firewall applies the gateway's rendered nftables ruleset atomically, re-asserts it
+// when the table drifts from what was applied, and reads its per-peer drop counters.
+//
+// The first ruleset, and any whose structure (chains, rules, set declarations: nft.Layout)
+// differs from the one in force, is loaded whole by one `nft -f` transaction that replaces the
+// table. A ruleset that differs only in counters and set elements — a peer added, removed or
+// re-granted — is applied as one netlink transaction of just those changes (delta.go): all or
+// nothing like `nft -f`, in milliseconds where a whole 10,000-peer table takes half a second,
+// and without touching the counters that stay. Should the kernel refuse it, the ruleset is
+// loaded whole instead; the next Verify lists the table and compares it with what a whole
+// load would have left, repairing any difference by a whole load.
 package firewall
 
 import (
@@ -8,9 +16,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
@@ -25,9 +38,21 @@ type Firewall struct {
 	// (KernelGeneration, when that is the agent's own). Verify lists the table only when the
 	// generation moved since it last looked. Nil: Verify lists the table every time.
 	Generation func() (uint32, error)
+	// NetNS is the network namespace file (/run/netns/NAME) whose table netlink changes go
+	// to; empty: the agent's own. It must be the namespace nft works in.
+	NetNS string
 
 	mu      sync.Mutex
 	applied string
+	// layout is that of the ruleset applied, when the table is known to hold it (nil after
+	// a failed repair, or when the ruleset could not be split): changes to it can go by delta.
+	layout *nft.Layout
+	// last is how the last Apply that changed something went: pathFull or pathDelta; lastTx
+	// how long its transaction took (the kernel's part, for BenchmarkApply).
+	last   applyPath
+	lastTx time.Duration
+	// deltas applied since the reference listing was taken, not yet applied to it.
+	deltas  []nft.Delta
 	carried map[string]nft.CounterValue
 	// listing is the table as nft listed it right after the last apply (normalised; nil when
 	// that listing failed), seen unchanged at generation gen when genOK.
@@ -43,26 +68,96 @@ func (f *Firewall) nft() string {
 	return f.NFT
 }
 
-// Apply loads the ruleset in one transaction unless it is already the one applied. On error
-// the previous ruleset stays in force (nft applies all or nothing).
+// applyPath is how an Apply reached the kernel.
+type applyPath int
+
+const (
+	pathNone  applyPath = iota
+	pathFull            // one `nft -f` of the whole ruleset
+	pathDelta           // one netlink transaction of counter and element changes
+)
+
+// Apply brings the table to the ruleset in one transaction unless it is already the one
+// applied: by a delta of counters and elements when only those differ from the ruleset in
+// force, else (or when the kernel refuses the delta) by loading it whole. On error the
+// previous ruleset stays in force (both kinds of transaction apply all or nothing).
 func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if ruleset == f.applied {
 		return nil
 	}
+	next, splitErr := nft.Split(ruleset)
+	if splitErr == nil && f.layout != nil {
+		if d, ok := nft.Diff(*f.layout, next); ok && d.Changes() <= maxDeltaChanges {
+			t0 := time.Now()
+			if err := f.delta(d); err == nil {
+				f.applied, f.layout, f.last, f.lastTx = ruleset, &next, pathDelta, time.Since(t0)
+				// The next Verify (the generation moved, so it lists the table) checks it
+				// against what a whole load would have left: the reference listing with the
+				// deltas applied to it, there, off this path.
+				if f.listing != nil {
+					f.deltas = append(f.deltas, d)
+				}
+				f.genOK = false
+				return nil
+			}
+			// Refused as a whole: the table is as it was; a whole load decides.
+		}
+	}
 	// What the old table counted is carried into the totals once it has been replaced.
 	var before map[string]nft.CounterValue
 	if f.applied != "" {
 		before, _ = f.read(ctx)
 	}
+	t0 := time.Now()
 	if err := f.load(ctx, ruleset); err != nil {
 		return fmt.Errorf("applying nftables ruleset: %w", err)
 	}
+	f.lastTx = time.Since(t0)
 	f.carry(before)
-	f.applied = ruleset
+	f.applied, f.last = ruleset, pathFull
+	f.layout = nil
+	if splitErr == nil {
+		f.layout = &next
+	}
 	f.record(ctx)
 	return nil
+}
+
+// delta applies d to the table in one netlink transaction.
+func (f *Firewall) delta(d nft.Delta) error {
+	if d.Empty() {
+		return nil
+	}
+	msgs, err := deltaMessages(d)
+	if err != nil {
+		return err
+	}
+	conn, err := f.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return transact(conn, msgs)
+}
+
+// dial opens a netfilter netlink socket in the namespace nft works in.
+func (f *Firewall) dial() (*netlink.Conn, error) {
+	cfg := &netlink.Config{}
+	if f.NetNS != "" {
+		ns, err := os.Open(f.NetNS)
+		if err != nil {
+			return nil, err
+		}
+		defer ns.Close()
+		cfg.NetNS = int(ns.Fd())
+	}
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	return conn, nil
 }
 
 // Verify checks the table against the ruleset last applied and, when it is missing (deleted,
@@ -80,6 +175,10 @@ func (f *Firewall) Verify(ctx context.Context) (agent.Drift, error) {
 	if f.applied == "" {
 		return agent.Drift{}, nil
 	}
+	for _, d := range f.deltas {
+		f.listing = applyToListing(f.listing, d)
+	}
+	f.deltas = nil
 	gen, genOK := f.generation()
 	if genOK && f.genOK && gen == f.gen && f.listing != nil {
 		return agent.Drift{}, nil
@@ -108,7 +207,11 @@ func (f *Firewall) Verify(ctx context.Context) (agent.Drift, error) {
 	}
 	gen, genOK = f.generation()
 	if err := f.load(ctx, f.applied); err != nil {
+		f.layout = nil // whatever the table holds now, it is not known to be f.applied
 		return drift, fmt.Errorf("re-applying nftables ruleset: %w", err)
+	}
+	if l, err := nft.Split(f.applied); err == nil {
+		f.layout = &l
 	}
 	f.carry(before)
 	// The same ruleset lists as before: when the load was the namespace's only commit since
@@ -123,6 +226,7 @@ func (f *Firewall) Verify(ctx context.Context) (agent.Drift, error) {
 
 // record takes the reference listing of the table just applied.
 func (f *Firewall) record(ctx context.Context) {
+	f.deltas = nil
 	gen, genOK := f.generation()
 	got, missing, err := f.list(ctx)
 	if err != nil || missing {
@@ -171,7 +275,7 @@ func (f *Firewall) Remove(ctx context.Context) error {
 	if err := f.load(ctx, nft.RemoveRuleset+nft.OpenStartupGate); err != nil {
 		return err
 	}
-	f.applied, f.listing, f.genOK = "", nil, false
+	f.applied, f.listing, f.genOK, f.layout, f.deltas = "", nil, false, nil, nil
 	return nil
 }
 

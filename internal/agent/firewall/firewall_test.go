@@ -78,7 +78,7 @@ func TestApplyCountersAndFailure(t *testing.T) {
 }
 
 // writeWrapper returns an "nft" that runs inside the namespace.
-func writeWrapper(t *testing.T, ns string) string {
+func writeWrapper(t testing.TB, ns string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "nft")
 	script := "#!/bin/sh\nexec ip netns exec " + ns + " nft \"$@\"\n"

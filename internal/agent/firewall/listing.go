@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
 
 // normalizeListing returns a stateless table listing (`nft -s list table`) in a form two
@@ -11,13 +13,21 @@ import (
 // each `elements = { ... }` block written one element a line, sorted — the kernel lists a hash
 // set in its own order and nft wraps element lines by width, neither of which is state. Rules
 // keep their order (it is state). Counter values and other stateful data are not in a `-s`
-// listing (nft 1.0.6 prints named counters as empty objects).
+// listing (nft 1.0.6 prints named counters as empty objects): each named counter is one line
+// "\tcounter NAME {}", all of them sorted where the first one was — the kernel lists objects
+// in the order they were created, which is no state either.
 func normalizeListing(listing string) []string {
 	lines := strings.Split(listing, "\n")
 	out := make([]string, 0, len(lines))
 	for i := 0; i < len(lines); i++ {
 		line := strings.TrimRight(lines[i], " \t")
 		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		if strings.HasPrefix(line, "\tcounter ") && strings.HasSuffix(line, " {") && i+1 < len(lines) &&
+			strings.TrimRight(lines[i+1], " \t") == "\t}" {
+			out = append(out, line+"}")
+			i++
 			continue
 		}
 		at := strings.Index(line, "elements = {")
@@ -51,7 +61,111 @@ func normalizeListing(listing string) []string {
 		}
 		out = append(out, indent+"}"+strings.TrimRight(rest, " \t"))
 	}
+	return sortCounters(out, nil, nil)
+}
+
+// isCounterLine reports whether a normalised line declares a named counter.
+func isCounterLine(l string) bool {
+	return strings.HasPrefix(l, "\tcounter ") && strings.HasSuffix(l, " {}")
+}
+
+func counterLine(name string) string { return "\tcounter " + name + " {}" }
+
+// sortCounters returns the normalised lines with the counters named in del left out, those in
+// add added, and all counter lines sorted where the first one was (after the table's first
+// line when there was none).
+func sortCounters(lines []string, del, add []string) []string {
+	at := -1
+	var counters []string
+	rest := make([]string, 0, len(lines)+len(add))
+	drop := make(map[string]bool, len(del))
+	for _, n := range del {
+		drop[counterLine(n)] = true
+	}
+	for _, l := range lines {
+		if !isCounterLine(l) {
+			rest = append(rest, l)
+			continue
+		}
+		if at < 0 {
+			at = len(rest)
+		}
+		if !drop[l] {
+			counters = append(counters, l)
+		}
+	}
+	for _, n := range add {
+		counters = append(counters, counterLine(n))
+	}
+	if len(counters) == 0 {
+		return rest
+	}
+	if at < 0 {
+		at = min(1, len(rest))
+	}
+	slices.Sort(counters)
+	return slices.Concat(rest[:at], counters, rest[at:])
+}
+
+// applyToListing returns the normalised listing a table has after the delta d was applied to
+// the table that listed as ref (normalised): what a whole load of the new ruleset lists.
+// Elements are matched in the form nft lists them, which is the rendered one but for a /32,
+// listed as the bare address.
+func applyToListing(ref []string, d nft.Delta) []string {
+	out := sortCounters(ref, d.DelCounters, d.AddCounters)
+	for _, s := range d.Sets {
+		kind := "set"
+		if s.Set.Map {
+			kind = "map"
+		}
+		open := slices.Index(out, "\t"+kind+" "+s.Set.Name+" {")
+		if open < 0 {
+			continue // not in the listing: the next check finds the difference
+		}
+		end := open + 1
+		for end < len(out) && out[end] != "\t}" {
+			end++
+		}
+		// The elements block, if any: from "\t\telements = {" to "\t\t}".
+		from, to := end, end
+		var elems []string
+		if e := slices.Index(out[open:end], "\t\telements = {"); e >= 0 {
+			from, to = open+e, open+e+1
+			for to < end && out[to] != "\t\t}" {
+				elems = append(elems, strings.TrimPrefix(out[to], "\t\t\t"))
+				to++
+			}
+			to++ // past "\t\t}"
+		}
+		gone := make(map[string]bool, len(s.Del))
+		for _, e := range s.Del {
+			gone[listedElement(e)] = true
+		}
+		kept := slices.DeleteFunc(elems, func(e string) bool { return gone[e] })
+		for _, e := range s.Add {
+			kept = append(kept, listedElement(e))
+		}
+		slices.Sort(kept)
+		var block []string
+		if len(kept) > 0 {
+			block = append(block, "\t\telements = {")
+			for _, e := range kept {
+				block = append(block, "\t\t\t"+e)
+			}
+			block = append(block, "\t\t}")
+		}
+		out = slices.Concat(out[:from], block, out[to:])
+	}
 	return out
+}
+
+// listedElement is an element as nft lists it: a /32 prefix is the bare address.
+func listedElement(e string) string {
+	fields := strings.Split(e, " ")
+	for i, f := range fields {
+		fields[i] = strings.TrimSuffix(f, "/32")
+	}
+	return strings.Join(fields, " ")
 }
 
 // inQuotes reports whether s ends inside a double-quoted string.

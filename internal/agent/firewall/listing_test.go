@@ -46,10 +46,8 @@ func TestNormalizeListing(t *testing.T) {
 	got := normalizeListing(listed)
 	want := []string{
 		"table ip bnerd_vpn {",
-		"\tcounter peer_a_in {",
-		"\t}",
-		"\tcounter peer_b_in {",
-		"\t}",
+		"\tcounter peer_a_in {}",
+		"\tcounter peer_b_in {}",
 		"\tmap peer_in {",
 		"\t\ttype ipv4_addr : counter",
 		"\t\tflags interval",

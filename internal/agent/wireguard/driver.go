@@ -401,6 +401,10 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 		port := int(cfg.Interface.ListenPort)
 		devCfg.ListenPort = &port
 	}
+	if dev.FirewallMark != int(cfg.Interface.FirewallMark) {
+		mark := int(cfg.Interface.FirewallMark)
+		devCfg.FirewallMark = &mark
+	}
 
 	// Peers: add or update what changed, remove what is gone. A configured peer the driver
 	// has no hash for (the agent restarted next to a kernel device, or an earlier
@@ -461,7 +465,7 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 	}
 	d.desired = desired
 
-	if devCfg.PrivateKey != nil || devCfg.ListenPort != nil || len(devCfg.Peers) > 0 {
+	if devCfg.PrivateKey != nil || devCfg.ListenPort != nil || devCfg.FirewallMark != nil || len(devCfg.Peers) > 0 {
 		err := d.client.ConfigureDevice(d.name, devCfg)
 		if err != nil {
 			// Partly applied at worst: forget the hashes so that the next Apply compares

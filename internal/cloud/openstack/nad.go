@@ -44,6 +44,20 @@ const DefaultNADConfigTemplate = `{
   }
 }`
 
+// HostDeviceNADConfigTemplate is the variant for a port attached to the node as its own NIC
+// (the cloud hot-plugs it into the node's VM): host-device moves the NIC carrying the port's
+// MAC into the pod, static IPAM gives it the fixed IP.
+const HostDeviceNADConfigTemplate = `{
+  "cniVersion": "0.4.0",
+  "name": {{json .Name}},
+  "type": "host-device",
+  "hwaddr": {{json .MAC}},
+  "ipam": {
+    "type": "static",
+    "addresses": [{"address": {{json .Address}}{{if .GatewayIP}}, "gateway": {{json .GatewayIP}}{{end}}}]
+  }
+}`
+
 // NADTemplateData is what the NAD config template sees.
 type NADTemplateData struct {
 	// Name and Namespace of the NetworkAttachmentDefinition (and of the CNI network).
@@ -83,6 +97,6 @@ func (p *Provider) renderAttachment(req cloud.Request, portID, mac, ip string, s
 	}
 	return &cloud.NetworkAttachment{
 		Name: d.Name, Namespace: d.Namespace, Config: compact.String(),
-		PortID: portID, MAC: mac, FixedIP: ip,
+		PortID: portID, MAC: mac, FixedIP: ip, Address: d.Address, GatewayIP: sub.GatewayIP,
 	}, nil
 }

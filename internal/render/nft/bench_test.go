@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -152,26 +151,11 @@ func timedApply(b *testing.B, ns *netns.NS, text string) (wall, cpu time.Duratio
 // iperf runs one 3-second TCP stream (the first second omitted) and returns Gbit/s received.
 func iperf(b *testing.B, ns *netns.NS, server string) float64 {
 	b.Helper()
-	var out string
-	err := netns.Eventually(10*time.Second, func() error {
-		var err error
-		out, _, err = ns.Exec("", "iperf3", "-c", server, "-t", "2", "-O", "1", "-J", "--connect-timeout", "1000")
-		return err
-	})
+	res, err := ns.Iperf3(server, "-t", "2", "-O", "1")
 	if err != nil {
-		b.Fatalf("iperf3: %v\n%s", err, out)
+		b.Fatal(err)
 	}
-	var res struct {
-		End struct {
-			SumReceived struct {
-				BitsPerSecond float64 `json:"bits_per_second"`
-			} `json:"sum_received"`
-		} `json:"end"`
-	}
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		b.Fatalf("iperf3 output: %v\n%s", err, out)
-	}
-	return res.End.SumReceived.BitsPerSecond / 1e9
+	return res.BitsPerSecond / 1e9
 }
 
 func best(xs []float64) float64 {

@@ -157,6 +157,13 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 		}
 
 		start, dpd, closeAction := actionsFor(ip.RemoteAddress, ike.DPDAction)
+		var reqid string
+		if opts.Reqids {
+			if err := model.ReqidError(p); err != nil {
+				return nil, &FieldError{Field: pf + ".ipsec.reqid", Err: err}
+			}
+			reqid = strconv.FormatUint(uint64(ip.Reqid), 10)
+		}
 		child := func(ts []string) Child {
 			return Child{
 				Mode:         "tunnel",
@@ -167,6 +174,7 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 				StartAction:  start,
 				DPDAction:    dpd,
 				CloseAction:  closeAction,
+				Reqid:        reqid,
 			}
 		}
 		children := map[string]Child{}
@@ -183,7 +191,7 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 			Peer: p.Name,
 			IKE: IKE{
 				Version:     int(ike.IKEVersion),
-				LocalAddrs:  []string{anyAddress},
+				LocalAddrs:  []string{localAddress(gw)},
 				RemoteAddrs: []string{ip.RemoteAddress},
 				Proposals:   slices.Clone(ike.IKEProposals),
 				Mobike:      false,
@@ -220,6 +228,16 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 		return nil, fieldErr(fmt.Sprintf("peers[%q].sourceCIDRs", b.Peer), "%s overlaps %s of peer %q: two tunnels would carry the same source", b.Prefix, a.Prefix, a.Peer)
 	}
 	return out, nil
+}
+
+// localAddress is what charon binds the gateway's IKE SAs to: the uplink's address when the
+// tunnels use a second NIC (the cloud translates the floating IP to that address only, and
+// its packets leave through that NIC), any address otherwise.
+func localAddress(gw *model.Gateway) string {
+	if gw.Uplink != nil && gw.Uplink.Address.IsValid() {
+		return gw.Uplink.Address.Addr().String()
+	}
+	return anyAddress
 }
 
 // actionsFor picks the CHILD_SA actions that make the tunnel heal by itself after the peer

@@ -42,11 +42,15 @@ func (c *Config) Text() (string, error) {
 	if err := comment(fmt.Sprintf("PrivateKey from Secret %q key %q", i.PrivateKey.Name, i.PrivateKey.Key)); err != nil {
 		return "", err
 	}
-	for _, e := range []struct{ k, v string }{
+	fields := []struct{ k, v string }{
 		{"Address", i.Address.String()},
 		{"ListenPort", strconv.Itoa(int(i.ListenPort))},
 		{"MTU", strconv.Itoa(int(i.MTU))},
-	} {
+	}
+	if i.FirewallMark != 0 {
+		fields = append(fields, struct{ k, v string }{"FwMark", fmt.Sprintf("%#x", i.FirewallMark)})
+	}
+	for _, e := range fields {
 		if err := kv(e.k, e.v); err != nil {
 			return "", fmt.Errorf("interface: %w", err)
 		}

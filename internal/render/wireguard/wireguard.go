@@ -39,6 +39,9 @@ type Interface struct {
 	MTU     int32        `json:"mtu"`
 	// PrivateKey is where the device's private key is (base64 in the Secret's data).
 	PrivateKey model.SecretKeyRef `json:"privateKey"`
+	// FirewallMark marks the device's packets (model.UplinkMark when the gateway has an
+	// uplink: they are routed out of it); 0 leaves them unmarked.
+	FirewallMark uint32 `json:"firewallMark,omitempty"`
 }
 
 // Peer is one remote device.
@@ -161,6 +164,9 @@ func Render(gw *model.Gateway) (*Config, error) {
 			MTU:        wg.MTU,
 			PrivateKey: wg.PrivateKey,
 		},
+	}
+	if gw.Uplink != nil {
+		out.Interface.FirewallMark = model.UplinkMark
 	}
 
 	keys := map[string]string{}

@@ -90,6 +90,21 @@ func TestDevice(t *testing.T) {
 	if !slices.Equal(charlie.AllowedIPs, prefixes("10.40.0.0/16")) || !slices.Equal(charlie.WithheldIPs, prefixes("10.20.5.0/24")) {
 		t.Errorf("charlie allowed %v withheld %v", charlie.AllowedIPs, charlie.WithheldIPs)
 	}
+
+	// Without an uplink the device's packets are unmarked; with one they carry the uplink's
+	// mark, so that they are routed out of it (the agent's rule).
+	if i.FirewallMark != 0 {
+		t.Errorf("no uplink: firewall mark %#x", i.FirewallMark)
+	}
+	up := cases()[1].gw
+	up.Uplink = &model.Uplink{Interface: "net1", Address: netip.MustParsePrefix("198.51.100.2/24"), Gateway: netip.MustParseAddr("198.51.100.1")}
+	marked, _ := render(t, up)
+	if marked.Interface.FirewallMark != model.UplinkMark {
+		t.Errorf("uplink: firewall mark %#x, want %#x", marked.Interface.FirewallMark, model.UplinkMark)
+	}
+	if text, err := marked.Text(); err != nil || !strings.Contains(text, "FwMark = 0x62760003") {
+		t.Errorf("uplink: text lacks the mark (%v):\n%s", err, text)
+	}
 }
 
 func TestRefusesOtherGateways(t *testing.T) {

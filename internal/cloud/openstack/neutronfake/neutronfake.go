@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -230,11 +231,50 @@ type Server struct {
 	fipNet map[string]*Subnet // external network -> the subnet its floating IPs come from
 
 	inflight atomic.Int64
+	// changed is closed (and replaced) whenever the cloud's state changes.
+	changed chan struct{}
 }
 
-// New starts a server; it is closed when the test ends via Close.
+// New starts a server on a loopback port; it is closed when the test ends via Close.
 func New() *Server {
-	s := &Server{
+	s := newServer()
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.srv.URL
+	return s
+}
+
+// Serve starts a server on l (a process's listener: the lab's cloud); url is how clients reach
+// it (its token's service catalog names it), "http://" + l's address when empty.
+func Serve(l net.Listener, url string) *Server {
+	s := newServer()
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	_ = s.srv.Listener.Close()
+	s.srv.Listener = l
+	s.srv.Start()
+	s.URL = url
+	if s.URL == "" {
+		s.URL = "http://" + l.Addr().String()
+	}
+	return s
+}
+
+// Changed is closed when the cloud's state next changes (a write through the API or one of the
+// Add/Disassociate helpers); call it again for the change after that.
+func (s *Server) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// notify wakes Changed's waiters; s.mu is held.
+func (s *Server) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func newServer() *Server {
+	return &Server{
+		changed:  make(chan struct{}),
 		users:    map[string]string{},
 		appCreds: map[string]string{},
 		tokens:   map[string]bool{},
@@ -248,9 +288,6 @@ func New() *Server {
 		fipNet:   map[string]*Subnet{},
 		clock:    time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC),
 	}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL
-	return s
 }
 
 // Close stops the server.
@@ -304,6 +341,7 @@ func (s *Server) AddNetwork(name string, external bool, cidr string) (networkID,
 	if external {
 		s.fipNet[n.ID] = sub
 	}
+	s.notify()
 	return n.ID, sub.ID
 }
 
@@ -319,6 +357,7 @@ func (s *Server) AddFloatingIP(networkID, address, portID string) string {
 		}
 	}
 	s.fips[f.ID] = f
+	s.notify()
 	return f.ID
 }
 
@@ -329,6 +368,7 @@ func (s *Server) DisassociateFloatingIP(id string) {
 	defer s.mu.Unlock()
 	if f, ok := s.fips[id]; ok {
 		f.PortID, f.FixedIPAddress, f.RouterID, f.Status = nil, nil, nil, "DOWN"
+		s.notify()
 	}
 }
 
@@ -340,6 +380,7 @@ func (s *Server) AddPort(networkID, name string) string {
 	if apiErr != nil {
 		panic(apiErr.msg)
 	}
+	s.notify()
 	return p.ID
 }
 
@@ -355,8 +396,8 @@ func (s *Server) SetQuota(resource string, limit int) {
 	s.quota[resource] = limit
 }
 
-// Inject adds a fault.
-func (s *Server) Inject(f Fault) {
+// Inject adds a fault; remove takes it out again (a fault window's end).
+func (s *Server) Inject(f Fault) (remove func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f.Nth <= 0 {
@@ -365,7 +406,13 @@ func (s *Server) Inject(f Fault) {
 	if f.Count == 0 {
 		f.Count = 1
 	}
-	s.faults = append(s.faults, &f)
+	fp := &f
+	s.faults = append(s.faults, fp)
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.faults = slices.DeleteFunc(s.faults, func(g *Fault) bool { return g == fp })
+	}
 }
 
 // ClearFaults removes every fault.
@@ -521,6 +568,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 
 	s.mu.Lock()
 	status, resp, header := s.handle(r, kind, id, body)
+	if r.Method != http.MethodGet && kind != Tokens && status < 300 {
+		s.notify()
+	}
 	s.mu.Unlock()
 
 	if fault != nil && fault.Status != 0 && fault.Commit {

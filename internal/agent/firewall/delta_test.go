@@ -1,0 +1,341 @@
+package firewall
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
+)
+
+// site is one peer of a test gateway: its subnets and the exposures it is granted.
+type site struct {
+	name     string
+	subnets  []string
+	grants   []string // "web", "db"
+	dark     bool     // not authorized
+	ownsSSH  bool     // grantee of the reverse exposure
+	sshPorts int      // reverse exposure ports (gateway ports 20000...)
+}
+
+// testGateway is an IPsec gateway (kernel-libipsec: tunnel ipsec0, cluster eth0) with the
+// exposures web (100.64.7.10, tcp 443 and udp 443 -> 192.0.2.10) and db (100.64.7.11, tcp
+// 5432 -> dbTarget), the sites as peers, and — when one owns it — the reverse exposure ssh
+// for the reverse clients.
+func testGateway(dbTarget string, clients []string, sites ...site) *model.Gateway {
+	g := &model.Gateway{
+		Namespace: "tenant-a", Name: "delta", Protocol: model.ProtocolIPsec, Mode: model.ModeSNAT,
+		Endpoint:     model.Endpoint{Kind: model.EndpointFloatingIPPool, FloatingIPPool: "public"},
+		ServiceCIDR:  netip.MustParsePrefix("100.64.7.0/24"),
+		LocalAddress: netip.MustParseAddr("100.64.7.1"),
+		IPsec:        &model.IPsecGateway{IKEVersion: 2, IKEProposals: []string{"aes256gcm16-prfsha256-ecp256"}},
+		Exposures: []model.Exposure{
+			{Name: "web", VirtualIP: netip.MustParseAddr("100.64.7.10"), Target: netip.MustParseAddr("192.0.2.10"),
+				Ports: []model.Port{{Protocol: "tcp", Port: 443, TargetPort: 443}, {Protocol: "udp", Port: 443, TargetPort: 443}}},
+			{Name: "db", VirtualIP: netip.MustParseAddr("100.64.7.11"), Target: netip.MustParseAddr(dbTarget),
+				Ports: []model.Port{{Protocol: "tcp", Port: 5432, TargetPort: 5432}}},
+		},
+	}
+	for _, s := range sites {
+		p := model.Peer{Name: s.name, Authorization: model.Decision{Authorized: !s.dark, Reason: "test"},
+			IPsec: &model.IPsecPeer{RemoteAddress: "198.51.100.77", RemoteID: s.name}}
+		for _, c := range s.subnets {
+			p.SourceCIDRs = append(p.SourceCIDRs, netip.MustParsePrefix(c))
+		}
+		if !s.dark {
+			p.Exposures = s.grants
+			for i := range g.Exposures {
+				if slices.Contains(s.grants, g.Exposures[i].Name) {
+					g.Exposures[i].GrantedTo = append(g.Exposures[i].GrantedTo, s.name)
+				}
+			}
+		}
+		g.Peers = append(g.Peers, p)
+		if s.ownsSSH {
+			g.InternalSourceCIDRs = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}
+			for _, c := range clients {
+				g.ReverseClients = append(g.ReverseClients, netip.MustParseAddr(c))
+			}
+			r := model.ReverseExposure{Name: "ssh", VirtualIP: netip.MustParseAddr("100.64.7.20"), Grantee: s.name,
+				Target: netip.MustParsePrefix(s.subnets[0]).Addr().Next()}
+			for i := range max(1, s.sshPorts) {
+				r.Ports = append(r.Ports, model.Port{Protocol: "tcp", Port: 22, TargetPort: 22, GatewayPort: uint16(20000 + i)})
+			}
+			g.ReverseExposures = []model.ReverseExposure{r}
+		}
+	}
+	return g
+}
+
+// regrant gives every site the grants (none: not authorized).
+func regrant(sites []site, grants []string) []site {
+	for i := range sites {
+		sites[i].grants, sites[i].dark = grants, grants == nil
+	}
+	return sites
+}
+
+// onHost moves the gateway to the host network, its reverse exposure's Service at serviceIP
+// (the maps rev_svc_dnat and rev_svc_snat).
+func onHost(serviceIP string, g *model.Gateway) *model.Gateway {
+	g.Endpoint = model.Endpoint{Kind: model.EndpointHostNetwork}
+	for i := range g.ReverseExposures {
+		g.ReverseExposures[i].ServiceIP = netip.MustParseAddr(serviceIP)
+	}
+	return g
+}
+
+// loadWhole loads a ruleset with `nft -f` in the namespace.
+func loadWhole(t testing.TB, ns *netns.NS, ruleset string) {
+	t.Helper()
+	if out, err := ns.RunInput(ruleset, "nft", "-f", "-"); err != nil {
+		t.Fatalf("nft -f in %s: %v\n%s", ns.Name, err, out)
+	}
+}
+
+func render(t testing.TB, g *model.Gateway) string {
+	t.Helper()
+	text, err := nft.Render(g, nft.DefaultOptions(g, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return text
+}
+
+// A ruleset change of counters and elements goes to the kernel as one netlink transaction
+// that leaves exactly the table a whole load of the new ruleset leaves (their listings are
+// equal, and the next Verify agrees); a change of structure is loaded whole. Every step runs
+// against the table the previous steps left.
+func TestDeltaEqualsWholeLoad(t *testing.T) {
+	netns.Skip(t, "nft")
+	run := netns.NewRun(t, "bfd")
+	gw, ref := run.NS("gw"), run.NS("ref")
+	f := &Firewall{NFT: writeWrapper(t, gw.Name), NetNS: filepath.Join("/run/netns", gw.Name),
+		// As in the agent: Verify lists the table only when the generation moved.
+		Generation: func() (g uint32, err error) {
+			err = inNS(gw.Name, func() (err error) { g, err = KernelGeneration(); return err })
+			return g, err
+		}}
+	ctx := context.Background()
+
+	a := site{name: "a", subnets: []string{"203.0.113.0/25"}, grants: []string{"web", "db"}, ownsSSH: true}
+	b := site{name: "b", subnets: []string{"203.0.113.128/26", "198.51.100.128/25"}, grants: []string{"web"}}
+	wide := site{name: "wide", subnets: []string{"203.0.113.0/24"}, grants: []string{"db"}}
+	host := site{name: "host", subnets: []string{"192.0.2.77/32"}, grants: []string{"db"}}
+	adj := site{name: "adj", subnets: []string{"203.0.113.192/27", "203.0.113.224/27"}, grants: []string{"web"}}
+	darkC := site{name: "c", subnets: []string{"203.0.113.64/26"}, dark: true}
+	clients := []string{"198.51.100.10"}
+
+	steps := []struct {
+		name string
+		gw   *model.Gateway
+		path applyPath
+	}{
+		{"first load", testGateway("192.0.2.20", clients, a, b), pathFull},
+		{"peer added", testGateway("192.0.2.20", clients, a, b, host), pathDelta},
+		{"overlapping wider peer added", testGateway("192.0.2.20", clients, a, b, host, wide), pathDelta},
+		{"adjacent blocks of one peer", testGateway("192.0.2.20", clients, a, b, host, wide, adj), pathDelta},
+		{"inner peer removed: the wider one takes its addresses", testGateway("192.0.2.20", clients, a, host, wide, adj), pathDelta},
+		{"grant revoked", testGateway("192.0.2.20", clients, a, host, site{name: "wide", subnets: wide.subnets}, adj), pathDelta},
+		{"dark peer added over an authorized one", testGateway("192.0.2.20", clients, a, host, darkC, adj), pathDelta},
+		{"DNAT target changed", testGateway("192.0.2.21", clients, a, host, darkC, adj), pathDelta},
+		{"reverse clients and ports changed", testGateway("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
+			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, host, darkC, adj), pathDelta},
+		{"host network: structure changes", onHost("100.64.12.5", testGateway("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
+			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, host, darkC, adj)), pathFull},
+		{"host network: Service IP changed, peer added", onHost("100.64.12.6", testGateway("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
+			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, b, host, darkC, adj)), pathDelta},
+		{"reverse exposure gone: structure changes", testGateway("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, host, adj), pathFull},
+		{"every peer removed", testGateway("192.0.2.21", nil), pathDelta},
+		{"peers back", testGateway("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, b, wide), pathDelta},
+		// 300 peers at once: 600 counters, 600 map elements and 750 grants, 1,950 changes,
+		// just under the limit of one batch.
+		{"many peers at once", testGateway("192.0.2.21", nil, append([]site{{name: "a", subnets: a.subnets, grants: a.grants}, b, wide}, benchSites(300)...)...), pathDelta},
+		{"too many at once: loaded whole", testGateway("192.0.2.21", nil, benchSites(800)...), pathFull},
+		{"1,200 peers without grants", testGateway("192.0.2.21", nil, regrant(benchSites(1200), nil)...), pathFull},
+		// 1,200 grants into one set: more than one message holds.
+		{"1,200 grants at once", testGateway("192.0.2.21", nil, regrant(benchSites(1200), []string{"db"})...), pathDelta},
+	}
+	for _, s := range steps {
+		text := render(t, s.gw)
+		f.last = pathNone
+		if err := f.Apply(ctx, text); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if f.last != s.path {
+			t.Errorf("%s: applied by path %d, want %d", s.name, f.last, s.path)
+		}
+		loadWhole(t, ref, text)
+		got := normalizeListing(gw.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"))
+		want := normalizeListing(ref.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"))
+		if diff := listingDiff(want, got); diff != "" {
+			t.Fatalf("%s: the table differs from a whole load: %s", s.name, diff)
+		}
+		// The listing the delta was expected to leave is the one the table has.
+		if d, err := f.Verify(ctx); err != nil || d.Drifted() {
+			t.Fatalf("%s: Verify after the change: %+v %v", s.name, d, err)
+		}
+	}
+
+	// A table changed behind a delta's back is found by the same check, and repaired by a
+	// whole load: an element slipped in, then a delta that does not touch it.
+	gw.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_grants", "{ 192.0.2.200 . 100.64.7.10 . tcp . 443 }")
+	text := render(t, testGateway("192.0.2.22", nil, regrant(benchSites(1200), []string{"db"})...))
+	if err := f.Apply(ctx, text); err != nil || f.last != pathDelta {
+		t.Fatalf("a delta over a changed table: %v, path %d", err, f.last)
+	}
+	d, err := f.Verify(ctx)
+	if err != nil || d.Kind != agent.DriftChanged || !strings.Contains(d.Detail, "192.0.2.200") {
+		t.Fatalf("Verify after a delta over a changed table: %+v %v", d, err)
+	}
+	loadWhole(t, ref, text)
+	if diff := listingDiff(normalizeListing(ref.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn")),
+		normalizeListing(gw.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"))); diff != "" {
+		t.Fatalf("after the repair: %s", diff)
+	}
+}
+
+// Which of each fixture's changes the renderer's layouts see as contents only.
+func TestDeltaOfRenderedChanges(t *testing.T) {
+	a := site{name: "a", subnets: []string{"203.0.113.0/25"}, grants: []string{"web"}}
+	b := site{name: "b", subnets: []string{"203.0.113.128/25"}, grants: []string{"web", "db"}}
+	old, err := nft.Split(render(t, testGateway("192.0.2.20", nil, a)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := nft.Split(render(t, testGateway("192.0.2.20", nil, a, b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok := nft.Diff(old, next)
+	if !ok {
+		t.Fatalf("a peer added changes the structure:\n%s\n---\n%s", old.Structure, next.Structure)
+	}
+	got := fmt.Sprintf("%v %v", d.AddCounters, d.DelCounters)
+	for _, s := range d.Sets {
+		got += fmt.Sprintf(" %s-%v+%v", s.Set.Name, s.Del, s.Add)
+	}
+	want := `[peer_b_in peer_b_out] [] peer_in-[]+[203.0.113.128/25 : "peer_b_in"] peer_out-[]+[203.0.113.128/25 : "peer_b_out"]` +
+		` fwd_grants-[]+[203.0.113.128/25 . 100.64.7.10 . tcp . 443 203.0.113.128/25 . 100.64.7.10 . udp . 443 203.0.113.128/25 . 100.64.7.11 . tcp . 5432]`
+	if got != want {
+		t.Errorf("delta\n%s\nwant\n%s", got, want)
+	}
+	if _, err := deltaMessages(d); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(next.Structure, "203.0.113") || strings.Contains(next.Structure, "peer_b") {
+		t.Errorf("contents in the structure:\n%s", next.Structure)
+	}
+}
+
+// A delta the kernel refuses changes nothing: not the counter it would have created, not the
+// elements before the refused one. The table lists as before and its counters go on counting
+// from where they were; then a delta the kernel takes keeps them counting too. And an Apply
+// whose delta is refused loads the ruleset whole instead.
+func TestRefusedDeltaLeavesTableWhole(t *testing.T) {
+	netns.Skip(t, "nft", "ping")
+	run := netns.NewRun(t, "bfr")
+	ns := run.NS("gw")
+	ns.MustRun("ip", "addr", "add", "192.0.2.1/32", "dev", "lo")
+	f := &Firewall{NFT: writeWrapper(t, ns.Name), NetNS: filepath.Join("/run/netns", ns.Name)}
+	ctx := context.Background()
+	if err := f.Apply(ctx, driftRuleset); err != nil {
+		t.Fatal(err)
+	}
+	pings := 0
+	ping := func(n int) {
+		t.Helper()
+		ns.MustRun("ping", "-c", fmt.Sprint(n), "-i", "0.01", "-W", "1", "192.0.2.1")
+		pings += n
+	}
+	counted := func() uint64 {
+		t.Helper()
+		c, err := f.Counters(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c["peer_a_in"].Packets
+	}
+	ping(3)
+	before := ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn")
+
+	l, err := nft.Split(driftRuleset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(name string) nft.SetContents {
+		i := slices.IndexFunc(l.Sets, func(s nft.SetContents) bool { return s.Name == name })
+		if i < 0 {
+			t.Fatalf("no set %s in %+v", name, l.Sets)
+		}
+		return l.Sets[i]
+	}
+	refused := nft.Delta{
+		AddCounters: []string{"peer_c_in"},
+		Sets: []nft.SetDelta{
+			{Set: set("peer_in"), Del: []string{`203.0.113.16/28 : "peer_b_in"`, `198.51.100.0/25 : "peer_b_in"`}, Add: []string{`192.0.2.128/25 : "peer_c_in"`}},
+			{Set: set("fwd_grants"), Add: []string{"192.0.2.128/25 . 100.64.7.10 . tcp . 443"}},
+			// The key is there already, with another value: the kernel refuses it.
+			{Set: set("fwd_dnat"), Add: []string{"100.64.7.12 . tcp . 22 : 192.0.2.99 . 22"}},
+		},
+		DelCounters: []string{"peer_b_in"},
+	}
+	err = f.delta(refused)
+	if err == nil || !strings.Contains(err.Error(), "nftables refused the change") {
+		t.Fatalf("a delta with an element that exists: %v", err)
+	}
+	if after := ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"); after != before {
+		t.Fatalf("a refused delta changed the table:\n%s\nwas\n%s", after, before)
+	}
+	ping(2)
+	if got := counted(); got != uint64(pings) {
+		t.Fatalf("counter after a refused delta: %d, want %d", got, pings)
+	}
+
+	// The same change less the refused element goes through; the counter that stays keeps
+	// counting (a whole load would restart it at zero).
+	refused.Sets = refused.Sets[:2]
+	if err := f.delta(refused); err != nil {
+		t.Fatal(err)
+	}
+	listed := ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn")
+	if !strings.Contains(listed, `192.0.2.128/25 : "peer_c_in"`) || strings.Contains(listed, "peer_b_in") {
+		t.Fatalf("the delta is not in the table:\n%s", listed)
+	}
+	ping(1)
+	if got := counted(); got != uint64(pings) {
+		t.Fatalf("counter after a delta: %d, want %d", got, pings)
+	}
+	if err := f.Remove(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Apply: a table that already has an element the change adds refuses the delta; the
+	// ruleset is then loaded whole, and the table is that of a whole load.
+	a := site{name: "a", subnets: []string{"203.0.113.0/28"}, grants: []string{"web"}}
+	b := site{name: "b", subnets: []string{"203.0.113.16/28"}, grants: []string{"web"}}
+	if err := f.Apply(ctx, render(t, testGateway("192.0.2.20", nil, a))); err != nil {
+		t.Fatal(err)
+	}
+	ns.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_grants", "{ 203.0.113.16/28 . 100.64.7.10 . tcp . 443 }")
+	next := render(t, testGateway("192.0.2.20", nil, a, b))
+	if err := f.Apply(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	if f.last != pathFull {
+		t.Errorf("a refused delta was not followed by a whole load (path %d)", f.last)
+	}
+	ref := run.NS("ref")
+	loadWhole(t, ref, next)
+	if diff := listingDiff(normalizeListing(ref.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn")),
+		normalizeListing(ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"))); diff != "" {
+		t.Fatalf("after the whole load: %s", diff)
+	}
+}

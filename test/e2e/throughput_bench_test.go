@@ -1,0 +1,385 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
+)
+
+// Goal of the performance issue: a tunnel the agent configured carries at least 95 % of what the
+// same daemons configured by hand carry.
+const goalThroughputRatio = 0.95
+
+const (
+	iperfPort       = 5201 // the exposure's, and the agent's rounds' server
+	handIperfPort   = 5202 // the hand rounds' own server: one server's end of a test never meets the other's start
+	handWGPort      = 51830
+	throughputRound = "2" // seconds measured per round (after one omitted)
+	throughputRuns  = 5   // rounds per variant, alternating; the best counts (machine noise only ever slows)
+	bulkBytes       = 8 << 20
+)
+
+// BenchmarkTunnelThroughput measures, in one lab (one gateway namespace, one LAN, client sites
+// on identical links), TCP throughput (iperf3, one stream, client -> LAN backend) through
+//   - the same daemons configured by hand: the gateway's charon (kernel-libipsec) with one
+//     minimal swanctl connection, or a bare wireguard-go device set up with wg(8) and ip(8),
+//     tunnelling the site's subnet to the LAN, no nftables ruleset; and
+//   - the gateway as the agent configures it: a VPNPeer granted an exposure, the agent's
+//     charon configuration or userspace WireGuard device, its full ruleset loaded (DNAT to the
+//     backend, masquerade, grants, MSS clamp),
+//
+// and prints agent / hand (goal ≥ 0.95), the best of alternating rounds. Each client sits in
+// its own namespace behind its site's device on a 1500-byte link, as a host in a branch office
+// does; through the agent's gateway 8 MiB sent to an echo server must all come back (up and
+// down at once: no PMTU black hole either way) with no IP fragment made or received and no
+// packet too big for a link in any namespace on the path, and the client's MSS must be the
+// ruleset's clamp (tunnel MTU - 40) or less.
+func BenchmarkTunnelThroughput(b *testing.B) {
+	b.Run("IPsec", func(b *testing.B) { benchThroughput(b, vpnv1.ProtocolIPsec) })
+	b.Run("WireGuard", func(b *testing.B) { benchThroughput(b, vpnv1.ProtocolWireGuard) })
+}
+
+func benchThroughput(b *testing.B, proto vpnv1.Protocol) {
+	netns.Skip(b, "iperf3", "wg")
+	if b.N > 1 {
+		b.Skip("one iteration measures everything (make bench runs -benchtime 1x)")
+	}
+	l := newLab(b, proto, uniqueNamespace("e2e-tput-"+strings.ToLower(string(proto))), "btp")
+	bulkVIP := l.addExposure("bulk", iperfPort)
+	l.lan.Start("iperf3", "-s", "-B", labBackend.String(), "-p", strconv.Itoa(iperfPort))
+	l.lan.Start("iperf3", "-s", "-B", labBackend.String(), "-p", strconv.Itoa(handIperfPort))
+	lanNet := netip.MustParsePrefix(labGatewayLAN).Masked()
+	gwLAN := netip.MustParsePrefix(labGatewayLAN).Addr()
+	// The hand-configured tunnel routes the sites' subnets as they are (no masquerade).
+	l.lan.MustRun("ip", "route", "add", "203.0.113.0/24", "via", gwLAN.String())
+
+	// By hand, before the agent (and its ruleset) exists.
+	hand := l.newSite("hand")
+	handClient := l.clientBehind(hand, "chand")
+	l.configureByHand(hand, lanNet)
+	handPath := tputPath{client: handClient, site: hand.ns, gw: l.gw, lan: l.lan}
+	handMTU := handPath.bulk(b, netip.AddrPortFrom(labBackend, labWebPort).String())
+
+	// The agent's gateway, through the exposures. A userspace WireGuard device runs beside the
+	// agent, as the gateway pod's wireguard container does (the agent configures it).
+	var extra []string
+	if proto == vpnv1.ProtocolWireGuard {
+		wgtest.Start(b, l.gw, wgtest.Options{InterfaceName: l.wgDevice(), DeviceOnly: true})
+		extra = []string{"--wireguard-mode", "external"}
+	}
+	agent := l.startAgent(extra...)
+	l.waitAgentReady(agent, 60*time.Second)
+	s := l.newSite("agent")
+	client := l.clientBehind(s, "cagent")
+	l.configureDevice(s)
+	l.createPeer(s, "bulk", "web")
+	waitFor(b, "the VPNPeer Connected", 60*time.Second, func() error {
+		_, err := peerConnected(l.k8sNS, s.name)
+		return err
+	})
+	agentPath := tputPath{client: client, site: s.ns, gw: l.gw, lan: l.lan}
+	agentMTU := agentPath.bulk(b, l.web(80))
+	ruleset, err := l.nftTable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	clamp := mssClamp(b, ruleset)
+	if agentMTU.mss <= 0 || agentMTU.mss > clamp {
+		b.Errorf("%s: the client's MSS through the agent's gateway is %d, want 1..%d (the ruleset's clamp)", proto, agentMTU.mss, clamp)
+	}
+	if agentMTU.fragments != 0 || agentMTU.tooBig != 0 {
+		b.Errorf("%s: through the agent's gateway %d IP fragments were made or received and %d packets were too big for a link (%s); want none",
+			proto, agentMTU.fragments, agentMTU.tooBig, agentMTU.where)
+	}
+
+	// Rounds alternate between the two, so the machine's load hits both alike, and so does the
+	// order within a round: the agent is killed (as a crash would: nothing is torn down, its
+	// configuration stays in force), and its ruleset is taken out for each hand measurement and
+	// put back, as it was, for each agent measurement.
+	full := l.gw.MustRun("nft", "list", "table", nft.Family, nft.Table)
+	if err := agent.Signal(syscall.SIGKILL); err != nil {
+		b.Fatal(err)
+	}
+	waitFor(b, "the agent gone", 10*time.Second, func() error {
+		if !agent.Exited() {
+			return errors.New("still running")
+		}
+		return nil
+	})
+	var handRate, agentRate float64
+	loaded := true
+	measureHand := func() {
+		if loaded {
+			l.gw.MustRun("nft", "delete", "table", nft.Family, nft.Table)
+			loaded = false
+		}
+		handRate = max(handRate, handPath.rate(b, labBackend.String(), handIperfPort))
+	}
+	measureAgent := func() {
+		if !loaded {
+			if out, err := l.gw.RunInput(full, "nft", "-f", "-"); err != nil {
+				b.Fatalf("restoring the agent's ruleset: %v\n%s", err, out)
+			}
+			if again, err := l.nftTable(); err != nil || again != ruleset {
+				b.Fatalf("the restored ruleset differs from the agent's (%v):\n%s", err, again)
+			}
+			loaded = true
+		}
+		agentRate = max(agentRate, agentPath.rate(b, bulkVIP.String(), iperfPort))
+	}
+	for i := 0; i < throughputRuns; i++ {
+		if i%2 == 0 {
+			measureHand()
+			measureAgent()
+		} else {
+			measureAgent()
+			measureHand()
+		}
+	}
+
+	ratio := agentRate / handRate
+	verdict := "met"
+	if ratio < goalThroughputRatio {
+		verdict = "MISSED"
+	}
+	fmt.Printf("%s: TCP client -> LAN backend, one stream, best of %d x %s s: hand-configured %.0f Mbit/s, agent-configured (exposure, full ruleset) %.0f Mbit/s, ratio %.2f (goal ≥ %.2f: %s)\n",
+		b.Name(), throughputRuns, throughputRound, handRate, agentRate, ratio, goalThroughputRatio, verdict)
+	fmt.Printf("%s: 1500-byte client path, %d MiB echoed: agent-configured: completed, client MSS %d (clamp %d), IP fragments %d, too big for a link %d; hand-configured: completed, client MSS %d, IP fragments %d, too big for a link %d (path MTU discovery: %s)\n",
+		b.Name(), bulkBytes>>20, agentMTU.mss, clamp, agentMTU.fragments, agentMTU.tooBig,
+		handMTU.mss, handMTU.fragments, handMTU.tooBig, orNone(handMTU.where))
+	b.ReportMetric(handRate, "Mbit/s-hand")
+	b.ReportMetric(agentRate, "Mbit/s-agent")
+	b.ReportMetric(ratio, "agent/hand")
+}
+
+// addExposure adds an exposure of the LAN backend's TCP port to the lab's gateway and returns
+// its virtual IP once the operator has rendered it.
+func (l *lab) addExposure(name string, port int32) netip.Addr {
+	l.tb.Helper()
+	ctx := context.Background()
+	gw := &vpnv1.VPNGateway{}
+	key := client.ObjectKey{Namespace: l.k8sNS, Name: "gw"}
+	if err := env.Client.Get(ctx, key, gw); err != nil {
+		l.tb.Fatal(err)
+	}
+	gw.Spec.Exposures = append(gw.Spec.Exposures, vpnv1.Exposure{Name: name,
+		Target: vpnv1.ExposureTarget{Address: labBackend.String(), Ports: vpnv1.Ports(vpnv1.PortSpec{Port: port, TargetPort: port})}})
+	if err := env.Client.Update(ctx, gw); err != nil {
+		l.tb.Fatal(err)
+	}
+	var vip netip.Addr
+	waitFor(l.tb, "exposure "+name+" rendered", 30*time.Second, func() error {
+		if err := env.Client.Get(ctx, key, gw); err != nil {
+			return err
+		}
+		for _, e := range gw.Status.Exposures {
+			if e.Name == name && meta.IsStatusConditionTrue(gw.Status.Conditions, vpnv1.ConditionRendered) {
+				var err error
+				vip, err = netip.ParseAddr(e.VirtualIP)
+				return err
+			}
+		}
+		return fmt.Errorf("no exposure %s in the status yet", name)
+	})
+	return vip
+}
+
+// clientBehind puts a host behind the site's device: its own namespace on a 1500-byte veth, the
+// site's subnet's second address, routed by the site.
+func (l *lab) clientBehind(s *labSite, short string) *netns.NS {
+	l.tb.Helper()
+	c, _ := l.namespace(short)
+	host := s.subnet.Addr().Next().Next()
+	router := s.subnet.Addr()
+	for i := 0; i < 14; i++ {
+		router = router.Next()
+	}
+	netns.Veth(s.ns, "lan0", c, "eth0")
+	s.ns.MustRun("ip", "addr", "add", router.String()+"/32", "peer", host.String()+"/32", "dev", "lan0")
+	c.MustRun("ip", "addr", "add", host.String()+"/32", "peer", router.String()+"/32", "dev", "eth0")
+	c.MustRun("ip", "route", "add", "default", "via", router.String())
+	if mtu := strings.Fields(c.MustRun("cat", "/sys/class/net/eth0/mtu")); len(mtu) != 1 || mtu[0] != "1500" {
+		l.tb.Fatalf("client link MTU %v, want 1500", mtu)
+	}
+	s.ns.Sysctl("net.ipv4.ip_forward", "1")
+	return c
+}
+
+// configureByHand sets up the gateway's end of a tunnel between the site's subnet and lan
+// with the daemons the agent drives, configured as an administrator would by hand: one
+// minimal swanctl connection in the gateway's charon, or a bare wireguard-go device (the
+// gateway pod's wireguard container) set up with wg(8) and ip(8). Then the site's device.
+func (l *lab) configureByHand(s *labSite, lan netip.Prefix) {
+	l.tb.Helper()
+	if l.proto == vpnv1.ProtocolIPsec {
+		if err := l.gwCharon.LoadSwanctlConf(charontest.PSKConf(charontest.End{Addr: labGatewayAddr, ID: labGatewayAddr.String(), TS: []netip.Prefix{lan}},
+			charontest.End{Addr: s.ext, ID: s.name + ".example.com", TS: []netip.Prefix{s.subnet}}, s.psk, false)); err != nil {
+			l.tb.Fatal(err)
+		}
+		l.configureDeviceTo(s, l.gwKey, 0, lan)
+		return
+	}
+	key := wgtest.NewKey(l.tb)
+	name := wgtest.UniqueInterfaceName("hand")
+	removeUAPISocketAtCleanup(l.tb, name)
+	dev := wgtest.Start(l.tb, l.gw, wgtest.Options{InterfaceName: name, DeviceOnly: true})
+	keyFile := filepath.Join(l.tb.TempDir(), "hand.key")
+	if err := os.WriteFile(keyFile, []byte(key.String()+"\n"), 0o600); err != nil {
+		l.tb.Fatal(err)
+	}
+	l.gw.MustRun("wg", "set", dev.Interface, "private-key", keyFile, "listen-port", strconv.Itoa(handWGPort),
+		"peer", s.key.PublicKey().String(), "allowed-ips", s.subnet.String(),
+		"endpoint", netip.AddrPortFrom(s.ext, 51821).String())
+	l.gw.MustRun("ip", "link", "set", dev.Interface, "mtu", "1420", "up")
+	l.gw.MustRun("ip", "route", "add", s.subnet.String(), "dev", dev.Interface)
+	l.configureDeviceTo(s, key, handWGPort, lan)
+}
+
+// tputPath is the namespaces a client's traffic crosses.
+type tputPath struct{ client, site, gw, lan *netns.NS }
+
+func (p tputPath) all() []*netns.NS { return []*netns.NS{p.client, p.site, p.gw, p.lan} }
+
+// bulkResult is what a fixed upload and download showed about MSS and fragmentation.
+type bulkResult struct {
+	mss               int
+	fragments, tooBig int64
+	where             string // "ns: counter +n, ..." of the namespaces where either grew
+}
+
+// bulk sends bulkBytes from the client to the TCP echo server echo and reads them back (up
+// and down at once; the tunnel's first traffic, so the dial also waits for the tunnel) and
+// fails unless every byte comes back intact; it returns the client's MSS and the growth of the
+// fragmentation counters of every namespace on the path.
+func (p tputPath) bulk(tb testing.TB, echo string) bulkResult {
+	tb.Helper()
+	before := make([]map[string]int64, 4)
+	for i, ns := range p.all() {
+		st, err := ns.IPStats()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		before[i] = st
+	}
+	var r bulkResult
+	mss, err := bulkEcho(p.client.Name, echo, bulkBytes, 60*time.Second)
+	if err != nil {
+		tb.Fatalf("%d MiB through %s's echo %s and back (a PMTU black hole stalls it): %v", bulkBytes>>20, p.client.Name, echo, err)
+	}
+	r.mss = mss
+	var where []string
+	for i, ns := range p.all() {
+		after, err := ns.IPStats()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		frag := netns.Fragments(after) - netns.Fragments(before[i])
+		big := after["FragFails"] - before[i]["FragFails"]
+		r.fragments += frag
+		r.tooBig += big
+		if frag != 0 || big != 0 {
+			where = append(where, fmt.Sprintf("%s: fragments +%d, too big +%d", ns.Name, frag, big))
+		}
+	}
+	r.where = strings.Join(where, "; ")
+	return r
+}
+
+// rate is one timed iperf3 round from the client, in Mbit/s.
+func (p tputPath) rate(tb testing.TB, server string, port int) float64 {
+	tb.Helper()
+	res, err := p.client.Iperf3(server, "-p", strconv.Itoa(port), "-t", throughputRound, "-O", "1")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return res.Mbits()
+}
+
+// mssClamp is the MSS the ruleset clamps forwarded SYNs to.
+func mssClamp(tb testing.TB, ruleset string) int {
+	tb.Helper()
+	m := regexp.MustCompile(`tcp option maxseg size set (\d+)`).FindStringSubmatch(ruleset)
+	if m == nil {
+		tb.Fatalf("no MSS clamp in the ruleset:\n%s", ruleset)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// bulkEcho dials addr (a TCP echo) from inside ns, writes n bytes while reading them back,
+// checks that every byte returns in order within timeout, and returns the connection's MSS
+// at the end (TCP_MAXSEG: the peer's MSS option, lowered by path MTU discovery if any).
+func bulkEcho(ns, addr string, n int, timeout time.Duration) (mss int, err error) {
+	var c net.Conn
+	if err := netns.Eventually(10*time.Second, func() error {
+		c, err = dialIn(ns, "tcp", netip.Addr{}, addr, 2*time.Second)
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	block := make([]byte, 64<<10)
+	for i := range block {
+		block[i] = byte(i*7 + i>>8)
+	}
+	werr := make(chan error, 1)
+	go func() {
+		for sent := 0; sent < n; sent += len(block) {
+			if _, err := c.Write(block[:min(len(block), n-sent)]); err != nil {
+				werr <- err
+				return
+			}
+		}
+		werr <- nil
+	}()
+	buf := make([]byte, len(block))
+	for got := 0; got < n; {
+		k, err := c.Read(buf[:min(len(buf), n-got)])
+		for i := 0; i < k; i++ {
+			if buf[i] != block[(got+i)%len(block)] {
+				return 0, fmt.Errorf("byte %d came back altered", got+i)
+			}
+		}
+		got += k
+		if err != nil {
+			return 0, fmt.Errorf("after %d of %d bytes echoed: %w", got, n, err)
+		}
+	}
+	if err := <-werr; err != nil {
+		return 0, err
+	}
+	raw, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	cerr := raw.Control(func(fd uintptr) { mss, err = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG) })
+	return mss, errors.Join(cerr, err)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none needed"
+	}
+	return s
+}
