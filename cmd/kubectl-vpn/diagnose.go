@@ -44,7 +44,8 @@ failure the identities involved (never the key), no IKE packets at all the ports
 
 Log lines are shown only in the shapes diagnose knows (proposals, notifies, identities,
 addresses): a pre-shared key never reaches its output. What cannot be read (no pod, no
-permission for pods/proxy or pods/log) is said, and the verdicts use the rest.`,
+permission for pods/proxy or pods/log) is said, and the verdicts use the rest. A GATEWAY that
+is a legacy IPsecGateway (and no VPNGateway) gets its conditions and tunnels' state.`,
 		Example: `  kubectl vpn diagnose acme-gw -n acme
   kubectl vpn diagnose acme-gw -n acme --interval 0 --tail 500`,
 		Args: cobra.ExactArgs(1),
@@ -84,6 +85,14 @@ func diagnose(ctx context.Context, o *options, name string, d diagnoseOptions) e
 	c, err := o.newClient()
 	if err != nil {
 		return err
+	}
+	if legacy, err := loadLegacy(ctx, c, ns, name, false); err != nil {
+		return err
+	} else if len(legacy) > 0 && !vpnGatewayExists(ctx, c, ns, name) {
+		printLegacyStatus(o.streams.Out, legacyReportOf(&legacy[0], o.now()))
+		fmt.Fprintf(o.streams.Out, "\n  %s is a legacy IPsecGateway: its conditions and tunnels are above. diagnose collects a VPNGateway's\n"+
+			"  peers, events, metrics and logs; kubectl vpn migrate ipsecgateway %s -n %s --dry-run shows the VPNGateway it becomes.\n", name, name, ns)
+		return nil
 	}
 	gws, err := loadGateways(ctx, c, ns, name, false)
 	if err != nil {

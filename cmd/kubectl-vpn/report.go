@@ -208,6 +208,8 @@ type statusReport struct {
 	Kind       string          `json:"kind"`
 	APIVersion string          `json:"apiVersion"`
 	Gateways   []gatewayReport `json:"gateways"`
+	// IPsecGateways are the legacy gateways (ipsec.bnerd.net) asked for.
+	IPsecGateways []legacyReport `json:"ipsecGateways,omitempty"`
 }
 
 const (

@@ -11,9 +11,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/client-go/util/jsonpath"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 )
 
 func newStatusCommand(o *options) *cobra.Command {
@@ -26,7 +30,8 @@ func newStatusCommand(o *options) *cobra.Command {
 		Use:   "status [GATEWAY]",
 		Short: "Show gateways, their peers' tunnels and who may reach what",
 		Long: `Shows one table per VPNGateway (GATEWAY, else every gateway of the namespace; -A: of all
-namespaces): endpoint, public address, service CIDR, Ready with the failing cause; per peer
+namespaces), then one per legacy IPsecGateway (its conditions and its tunnels' state as the
+agent reports them, and whether it was migrated): endpoint, public address, service CIDR, Ready with the failing cause; per peer
 Authorized and Connected with their reasons, how long the tunnel is up, bytes in/out, the last
 WireGuard handshake and the packets dropped by authorization (from the gateway agent's metrics,
 read through the API server's pod proxy; "-" when they cannot be read); the exposures with
@@ -70,9 +75,16 @@ func status(ctx context.Context, o *options, name string, all, metrics bool, out
 	if err != nil {
 		return err
 	}
-	gws, err := loadGateways(ctx, c, ns, name, all)
+	legacy, err := loadLegacy(ctx, c, ns, name, all)
 	if err != nil {
 		return err
+	}
+	var gws []*gatewayData
+	// GATEWAY may name an IPsecGateway alone (no VPNGateway of that name).
+	if name == "" || len(legacy) == 0 || vpnGatewayExists(ctx, c, ns, name) {
+		if gws, err = loadGateways(ctx, c, ns, name, all); err != nil {
+			return err
+		}
 	}
 	var access agentAccess
 	if metrics && len(gws) > 0 {
@@ -98,10 +110,13 @@ func status(ctx context.Context, o *options, name string, all, metrics bool, out
 	for _, d := range gws {
 		rep.Gateways = append(rep.Gateways, d.report(now))
 	}
+	for i := range legacy {
+		rep.IPsecGateways = append(rep.IPsecGateways, legacyReportOf(&legacy[i], now))
+	}
 	if printer != nil {
 		return printer(o.streams.Out, rep)
 	}
-	if len(gws) == 0 {
+	if len(gws) == 0 && len(legacy) == 0 {
 		where := "namespace " + ns
 		if all {
 			where = "any namespace"
@@ -115,7 +130,20 @@ func status(ctx context.Context, o *options, name string, all, metrics bool, out
 		}
 		printGatewayStatus(o.streams.Out, g, metrics, now)
 	}
+	for i, g := range rep.IPsecGateways {
+		if i > 0 || len(rep.Gateways) > 0 {
+			fmt.Fprintln(o.streams.Out)
+		}
+		printLegacyStatus(o.streams.Out, g)
+	}
 	return nil
+}
+
+// vpnGatewayExists reports whether the namespace has a VPNGateway of that name (an error
+// reading it counts as yes: loadGateways then says what went wrong).
+func vpnGatewayExists(ctx context.Context, c client.Client, namespace, name string) bool {
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &vpnv1.VPNGateway{})
+	return !apierrors.IsNotFound(err)
 }
 
 // reportPrinter is the printer for -o (nil: the tables).

@@ -105,7 +105,7 @@ func command() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&pool, "service-cidr-pool", model.DefaultPoolCIDR.String(), "pool gateways' service CIDRs (/24 each) are allocated from; must lie inside 100.64.0.0/10")
-	f.StringSliceVar(&internal, "internal-source-cidrs", nil, "address ranges allowed to initiate toward reverse exposures (pod CIDR, ClusterLink ranges); reverse exposures stay inactive until set")
+	f.StringSliceVar(&internal, "internal-source-cidrs", nil, "address ranges allowed to initiate toward reverse exposures (the pod CIDR; every ready ClusterLink's ranges are added to them); reverse exposures stay inactive until set")
 	f.StringSliceVar(&podCIDRs, "cluster-pod-cidrs", nil, "the cluster's pod CIDRs: no peer's subnets may overlap them")
 	f.StringSliceVar(&svcCIDRs, "cluster-service-cidrs", nil, "the cluster's Service CIDRs: no peer's subnets may overlap them")
 	f.StringSliceVar(&nodeCIDRs, "node-cidrs", nil, "the networks of the cluster's nodes: no peer's subnets may overlap them")

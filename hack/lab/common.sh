@@ -74,6 +74,17 @@ site_charon() {
   wait_for "charon of site $n" 20 test -S "$d/charon.vici"
   STRONGSWAN_CONF="$d/strongswan.conf" swanctl --load-all --file "$d/swanctl/swanctl.conf" >/dev/null
 }
+# The "service cluster": a second cluster plumbed into the transit fabric, played by a network
+# namespace behind the node (lab-site-svc, so cluster-down.sh removes it with the sites; its
+# uplink lab-s50, 198.51.100.200/30, and the node's route to its range go with the veth). Its
+# range 203.0.113.160/28 (site index 10's LAN, no site uses it) holds one host on lo; the
+# ClusterLink lab-service-cluster {cidrs: [SVC_RANGE], via: SVC_VIA} links it (service-cluster.sh).
+SVC_NETNS=lab-site-svc
+SVC_LINK=lab-s50
+SVC_NODE_SIDE=198.51.100.201
+SVC_VIA=198.51.100.202
+SVC_RANGE=203.0.113.160/28
+SVC_HOST=203.0.113.161
 # WireGuard sites: the device name (unique on the machine: wireguard-go's UAPI socket is shared)
 # and the site's key pair (private key in the site's folder; prints the public key).
 site_wireguard_dev() { echo "labwg-$1" | cut -c1-15; }

@@ -140,6 +140,8 @@ VIP_WG_WEB=$(kubectl -n $NS get vpngw acme-wg -o jsonpath='{.status.exposures[?(
 log "client site: roam (WireGuard to $WG_ADDR:51820, service CIDR $WG_CIDR, web $VIP_WG_WEB:8080)"
 "$root/hack/lab/site-wireguard.sh" roam 4
 
+"$root/hack/lab/service-cluster.sh"
+
 curl_from() { ip netns exec "lab-site-$1" curl -sS --max-time "${3:-2}" --interface "$(site_host "$2")" "$4"; }
 log "waiting for a live tunnel (a request from hq through it)"
 hq_live() { site_ensure hq; curl_from hq 1 2 "http://$VIP_WEB:8080/"; }
@@ -169,4 +171,6 @@ curl_from roam 4 3 "http://$VIP_WG_WEB:8080/" || echo "FAILED"
 echo
 echo "WireGuard tunnel live after ${live_wg}s"
 echo "live tunnel after ${live}s (from $( [ -n "${LAB_T0:-}" ] && echo "make lab start" || echo "lab.sh start"))"
+echo "== kubectl get clusterlinks (the service cluster $SVC_RANGE behind the node, netns $SVC_NETNS)"
+kubectl get clusterlinks -o custom-columns='NAME:.metadata.name,CIDRS:.spec.cidrs,VIA:.spec.via,READY:.status.conditions[?(@.type=="Ready")].status,GATEWAYS:.status.gateways'
 echo "KUBECONFIG=$KUBECONFIG; client sites: ip netns exec lab-site-hq|lab-site-branch|lab-site-roam ...; make lab-down removes everything"

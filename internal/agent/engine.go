@@ -156,6 +156,13 @@ func (e *Engine) Apply(ctx context.Context, u Update) error {
 		if err := EnsureUplink(e.Netlink, u.Bundle.Model); err != nil {
 			return err
 		}
+		skipped, err := ensureLinkRoutes(nil, u.Bundle.Model)
+		if err != nil {
+			return err
+		}
+		if len(skipped) > 0 {
+			e.Log.V(1).Info("ClusterLink routes left to the pod's default route", "routes", skipped)
+		}
 	}
 	if err := e.Driver.Apply(ctx, u.Bundle, u.Secrets); err != nil {
 		return fmt.Errorf("%s dataplane: %w", u.Bundle.Model.Protocol, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -58,7 +59,8 @@ func (e *Engine) TearDown(ctx context.Context, wait time.Duration) error {
 }
 
 // tunnelsGone reports whether no tunnel of the gateway is left in this network namespace: no
-// tunnel interface (its WireGuard device; ipsec0 of kernel-libipsec) and, for IPsec, no kernel SA.
+// tunnel interface (its WireGuard device; ipsec0 of kernel-libipsec) and, for IPsec, no kernel
+// SA of the gateway's (its peers' reqids; another IPsec user's SAs are not its tunnels).
 func tunnelsGone(g *model.Gateway) (bool, error) {
 	p := g.Protocol
 	iface := nft.WireGuardDevice(g)
@@ -81,7 +83,21 @@ func tunnelsGone(g *model.Gateway) (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("listing IPsec SAs: %w", err)
 		}
-		return len(states) == 0, nil
+		return !slices.ContainsFunc(states, ownSA(g)), nil
 	}
 	return true, nil
+}
+
+// ownSA tells the gateway's kernel SAs from another IPsec user's (a CNI's encryption) by their
+// reqid: every peer of the gateway has its own (model.FirstReqid), and the ruleset matches
+// those only, so another user's SAs neither need it nor hold the teardown back. A model without
+// reqids (from an operator before them) counts every SA as the gateway's (fail closed).
+func ownSA(g *model.Gateway) func(netlink.XfrmState) bool {
+	reqids := map[int]bool{}
+	for _, p := range g.Peers {
+		if p.IPsec != nil && p.IPsec.Reqid != 0 {
+			reqids[int(p.IPsec.Reqid)] = true
+		}
+	}
+	return func(s netlink.XfrmState) bool { return len(reqids) == 0 || reqids[s.Reqid] }
 }

@@ -61,11 +61,16 @@ type GatewayReconciler struct {
 	Client client.Client
 	// APIReader reads Secrets directly: the cache holds none.
 	APIReader client.Reader
-	Recorder  events.EventRecorder
-	Options   Options
+	// Secrets tells the peers' Secrets' types (shared with the PeerReconciler).
+	Secrets  *SecretFacts
+	Recorder events.EventRecorder
+	Options  Options
 	// Endpoints provisions public endpoints (OpenStack, LoadBalancer, host network).
 	Endpoints *cloud.Chooser
 	alloc     *allocator
+	// written: what the last pass wrote to each VPNGateway, for passes that start before the
+	// cache shows it.
+	written written[*vpnv1.VPNGateway]
 	// poolRetry is how long a gateway waits before retrying an exhausted pool.
 	poolRetry time.Duration
 }
@@ -81,14 +86,18 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		r.poolRetry = 10 * time.Minute // a safety net: releases wake waiting gateways at once
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&vpnv1.VPNGateway{}).
-		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.ConfigMap{}).
-		Owns(&corev1.ServiceAccount{}).
-		Owns(&rbacv1.Role{}).
-		Owns(&rbacv1.RoleBinding{}).
-		Owns(&networkingv1.NetworkPolicy{}).
-		Owns(&corev1.Service{}). // the LoadBalancer endpoint: its address arriving
+		For(&vpnv1.VPNGateway{}, builder.WithPredicates(notStatusOnly)).
+		// Children matter when they change or go; their creation is the pass that created them
+		// (and that pass took them into account).
+		Owns(&appsv1.Deployment{}, notCreated).
+		Owns(&corev1.ConfigMap{}, notCreated).
+		Owns(&corev1.ServiceAccount{}, notCreated).
+		Owns(&rbacv1.Role{}, notCreated).
+		Owns(&rbacv1.RoleBinding{}, notCreated).
+		Owns(&networkingv1.NetworkPolicy{}, notCreated).
+		// Services: the LoadBalancer endpoint's address arriving; a reverse exposure's Service
+		// is given its ClusterIP at creation, which the model needs (so creation counts).
+		Owns(&corev1.Service{}).
 		// Peers matter to the gateway through their spec (and existence), not their status.
 		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(gatewayOfPeer), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfService)).
@@ -110,10 +119,17 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		})).
 		// A legacy host-network gateway that comes, goes or is released (migrated) too.
 		Watches(&ipsecv1.IPsecGateway{}, handler.EnqueueRequestsFromMapFunc(r.vpnGatewaysOnSameNode)).
+		// A ClusterLink becoming ready (or not) changes every gateway's routes and internal sources.
+		Watches(&ipsecv1.ClusterLink{}, handler.EnqueueRequestsFromMapFunc(r.allGateways), builder.WithPredicates(linkReadinessChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("vpngateway").
 		Complete(r)
 }
+
+// notCreated drops create events: for a gateway's children, only the gateway's own pass
+// creates them (with its controller reference), and that pass already accounted for them.
+// A restarted operator passes over every gateway anyway (For).
+var notCreated = builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})
 
 func gatewayOfPeer(_ context.Context, o client.Object) []reconcile.Request {
 	p := o.(*vpnv1.VPNPeer)
@@ -163,6 +179,10 @@ func (r *GatewayReconciler) hostNetworkGatewaysOfNamespace(ctx context.Context, 
 }
 
 func (r *GatewayReconciler) gatewaysOfSecret(ctx context.Context, o client.Object) []reconcile.Request {
+	// The WireGuard key the operator generated for a gateway (owned by it) appearing.
+	if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "VPNGateway" && ref.APIVersion == vpnv1.GroupVersion.String() {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
+	}
 	var list vpnv1.VPNPeerList
 	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexPeerSecret: o.GetName()}); err != nil {
 		return nil
@@ -215,10 +235,12 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			// Gone without our finalizer having run (e.g. finalizer removed by hand).
 			r.alloc.release("", req.Namespace, req.Name)
 			forgetGateway(req.Namespace, req.Name)
+			r.written.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
 	}
+	gw, stale := r.written.recall(gw)
 	if err := r.alloc.ensureSeeded(ctx, r.Client); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -232,9 +254,10 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if err := r.Client.Patch(ctx, gw, patch); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 		}
+		stale = append(stale, gw.ResourceVersion)
 	}
 
-	s := &gatewayScope{gw: gw, obj: gw}
+	s := &gatewayScope{gw: gw, obj: gw, stale: stale}
 	if err := r.loadPeers(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -310,6 +333,7 @@ func (r *GatewayReconciler) finalize(ctx context.Context, gw *vpnv1.VPNGateway) 
 	}
 	r.alloc.release("", gw.Namespace, gw.Name)
 	forgetGateway(gw.Namespace, gw.Name)
+	r.written.forget(client.ObjectKeyFromObject(gw))
 	patch := client.MergeFrom(gw.DeepCopy())
 	controllerutil.RemoveFinalizer(gw, FinalizerAddresses)
 	if err := r.Client.Patch(ctx, gw, patch); err != nil {
@@ -353,9 +377,6 @@ func (r *GatewayReconciler) allocateServiceCIDR(s *gatewayScope, result *ctrl.Re
 	if gw.Spec.ServiceCIDR != "" && gw.Status.ServiceCIDR != "" && gw.Spec.ServiceCIDR != gw.Status.ServiceCIDR {
 		s.addresses = failed(ReasonServiceCIDRChanged, fmt.Sprintf("spec.serviceCIDR %s differs from the service CIDR in use (%s), which clients depend on; delete and recreate the gateway to change it", gw.Spec.ServiceCIDR, gw.Status.ServiceCIDR))
 	}
-	if gw.Status.ServiceCIDR == "" {
-		r.Recorder.Eventf(s.obj, nil, corev1.EventTypeNormal, "ServiceCIDRAssigned", "Allocate", "service CIDR %s", cidr)
-	}
 }
 
 // build resolves exposure target Services and runs the model.
@@ -386,7 +407,7 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 	if err != nil {
 		return err
 	}
-	refused, err := refusedSecrets(ctx, r.APIReader, s.gw.Namespace, s.peers)
+	refused, err := refusedSecrets(ctx, r.Secrets, s.gw.Namespace, s.peers)
 	if err != nil {
 		return err
 	}
@@ -395,6 +416,10 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 		return err
 	}
 	serviceIPs, err := r.reverseServiceIPs(ctx, s.gw)
+	if err != nil {
+		return err
+	}
+	links, err := ReadyLinks(ctx, r.Client)
 	if err != nil {
 		return err
 	}
@@ -412,6 +437,7 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 		RefusedSecrets:    refused,
 		ReverseClients:    clients,
 		ReverseServiceIPs: serviceIPs,
+		Links:             links,
 	})
 	if s.built == nil && len(s.buildErrs) > 0 && !s.configWasInvalid() {
 		r.Recorder.Eventf(s.obj, nil, corev1.EventTypeWarning, s.buildErrs[0].Reason, "Validate", "%s", truncate(joinErrors(s.buildErrs), 1000))
@@ -456,45 +482,37 @@ func (r *GatewayReconciler) removeDeployment(ctx context.Context, s *gatewayScop
 // refusedSecrets are the peers' credential Secrets that exist and may not hold credentials
 // (model.CredentialSecretAllowed), by name with their type. Secrets are read directly (never
 // cached) and only their type is looked at.
-func refusedSecrets(ctx context.Context, reader client.Reader, namespace string, peers []vpnv1.VPNPeer) (map[string]string, error) {
+func refusedSecrets(ctx context.Context, secrets *SecretFacts, namespace string, peers []vpnv1.VPNPeer) (map[string]string, error) {
+	facts, err := secrets.getAll(ctx, namespace, secretsOfPeers(peers))
+	if err != nil {
+		return nil, err
+	}
 	var out map[string]string
-	seen := map[string]bool{}
-	for _, p := range peers {
-		var names []string
-		if p.Spec.IPsec != nil {
-			names = append(names, p.Spec.IPsec.PSKSecretRef.Name)
-		}
-		if p.Spec.WireGuard != nil && p.Spec.WireGuard.PresharedKeySecretRef != nil {
-			names = append(names, p.Spec.WireGuard.PresharedKeySecretRef.Name)
-		}
-		for _, n := range names {
-			if n == "" || seen[n] {
-				continue
+	for n, sec := range facts {
+		if sec.found && !model.CredentialSecretAllowed(string(sec.typ)) {
+			if out == nil {
+				out = map[string]string{}
 			}
-			seen[n] = true
-			sec := &corev1.Secret{}
-			err := reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: n}, sec)
-			switch {
-			case apierrors.IsNotFound(err):
-				continue
-			case err != nil:
-				return nil, fmt.Errorf("reading Secret %s: %w", n, err)
-			}
-			if !model.CredentialSecretAllowed(string(sec.Type)) {
-				if out == nil {
-					out = map[string]string{}
-				}
-				out[n] = string(sec.Type)
-			}
+			out[n] = string(sec.typ)
 		}
 	}
 	return out, nil
 }
 
+// secretsOfPeers are the Secrets the peers' tunnels need.
+func secretsOfPeers(peers []vpnv1.VPNPeer) []string {
+	var names []string
+	for i := range peers {
+		names = append(names, peerSecretNames(&peers[i])...)
+	}
+	return names
+}
+
 // nodeAddresses lists every node's addresses (exposure targets may not be a node).
 func (r *GatewayReconciler) nodeAddresses(ctx context.Context) ([]netip.Addr, error) {
 	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes); err != nil {
+	// Read only, here: no copy of every node on every pass.
+	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	var out []netip.Addr
@@ -602,10 +620,19 @@ func (r *GatewayReconciler) writeStatus(ctx context.Context, s *gatewayScope) er
 	desired := computeGatewayStatus(s, now)
 	observeGateway(s.gw, &desired)
 	if equality.Semantic.DeepEqual(desired, s.gw.Status) {
+		if len(s.stale) > 1 { // a finalizer added in this pass the cache may not show yet
+			r.written.record(s.stale, s.gw)
+		}
 		return nil
 	}
 	r.recordTransitions(s.gw, s.gw.Status.Conditions, desired.Conditions)
-	return applyStatus(ctx, r.Client, s.gw, "VPNGateway", &desired)
+	if err := applyStatus(ctx, r.Client, s.gw, "VPNGateway", &desired); err != nil {
+		return err
+	}
+	known := s.gw.DeepCopy()
+	known.Status = desired
+	r.written.record(s.stale, known)
+	return nil
 }
 
 // recordTransitions emits an event on obj when its Ready condition changes.
@@ -613,6 +640,11 @@ func (r *GatewayReconciler) recordTransitions(obj client.Object, before, after [
 	was := findCondition(before, vpnv1.ConditionReady)
 	now := findCondition(after, vpnv1.ConditionReady)
 	if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason) {
+		return
+	}
+	// A first status saying the gateway serves, or that its pod is still starting, is visible
+	// in the condition: events are for problems and for changes.
+	if was == nil && (now.Status == metav1.ConditionTrue || now.Reason == ReasonNotCreated || now.Reason == ReasonUnavailable) {
 		return
 	}
 	kind := corev1.EventTypeNormal

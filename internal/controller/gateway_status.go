@@ -79,6 +79,8 @@ type endpointResult struct {
 // in one place (computeGatewayStatus).
 type gatewayScope struct {
 	gw *vpnv1.VPNGateway
+	// stale are the resourceVersions of gw older than this pass's writes (written.recall).
+	stale []string
 	// kind is the model kind of the declaring custom resource (empty: the VPNGateway gw; or
 	// model.KindIPsecGateway: gw and peers are translated from legacy), obj that resource
 	// (events are recorded on it, it owns the children).

@@ -86,6 +86,7 @@ func (r *IPsecGatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency 
 		// holds the node's tunnel ports.
 		Watches(&vpnv1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.legacyOnSameNode)).
 		Watches(&ipsecv1.IPsecGateway{}, handler.EnqueueRequestsFromMapFunc(r.legacyOnSameNode)).
+		Watches(&ipsecv1.ClusterLink{}, handler.EnqueueRequestsFromMapFunc(r.allLegacy), builder.WithPredicates(linkReadinessChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("ipsecgateway").
 		Complete(r)

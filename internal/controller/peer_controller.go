@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
@@ -42,23 +43,28 @@ const (
 // every peer of the same gateway.
 type PeerReconciler struct {
 	Client client.Client
-	// APIReader reads Secrets directly: the cache holds only their metadata.
-	APIReader client.Reader
-	Recorder  events.EventRecorder
+	// Secrets tells the Secrets' types and keys (shared with the GatewayReconciler).
+	Secrets  *SecretFacts
+	Recorder events.EventRecorder
 	// Model is the operator's configuration the decision depends on (the cluster's ranges).
 	Model model.Config
+	// written: what the last pass wrote to each peer, for passes that start before the cache
+	// shows it.
+	written written[*vpnv1.VPNPeer]
 }
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *PeerReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&vpnv1.VPNPeer{}).
+		For(&vpnv1.VPNPeer{}, builder.WithPredicates(notStatusOnly)).
 		// Siblings and the gateway change a peer's decision through their spec (and existence) only.
 		Watches(&vpnv1.VPNPeer{}, handler.EnqueueRequestsFromMapFunc(r.siblings), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// ... and through the service CIDR and public address it was given (the scope).
 		Watches(&vpnv1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.peersOfGateway),
 			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, scopeChanged))).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.peersOfSecret)).
+		// A ready ClusterLink's ranges are withheld from the peers (as the gateway's model does).
+		Watches(&ipsecv1.ClusterLink{}, handler.EnqueueRequestsFromMapFunc(r.allPeers), builder.WithPredicates(linkReadinessChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("vpnpeer").
 		Complete(r)
@@ -93,8 +99,12 @@ func (r *PeerReconciler) peersOfSecret(ctx context.Context, o client.Object) []r
 func (r *PeerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	peer := &vpnv1.VPNPeer{}
 	if err := r.Client.Get(ctx, req.NamespacedName, peer); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.written.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	peer, stale := r.written.recall(peer)
 	if !peer.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
@@ -127,7 +137,17 @@ func (r *PeerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	r.recordTransition(peer, conds)
 	status := &vpnv1.VPNPeerStatus{ObservedGeneration: peer.Generation, Conditions: conds}
-	return ctrl.Result{}, applyStatus(ctx, r.Client, peer, "VPNPeer", status)
+	if err := applyStatus(ctx, r.Client, peer, "VPNPeer", status); err != nil {
+		return ctrl.Result{}, err
+	}
+	known := peer.DeepCopy()
+	known.Status.ObservedGeneration = peer.Generation
+	for _, c := range conds {
+		meta.RemoveStatusCondition(&known.Status.Conditions, c.Type)
+		known.Status.Conditions = append(known.Status.Conditions, c)
+	}
+	r.written.record(stale, known)
+	return ctrl.Result{}, nil
 }
 
 // decide runs the model's authorization over the peer's gateway and all its siblings.
@@ -151,6 +171,9 @@ func (r *PeerReconciler) decide(ctx context.Context, peer *vpnv1.VPNPeer, refuse
 		}
 	}
 	scope := PeerScope(gw, r.Model)
+	if scope.Links, err = ReadyLinks(ctx, r.Client); err != nil {
+		return model.Decision{}, err
+	}
 	scope.RefusedSecrets = refused // only the peer's own credentials decide its own tunnel
 	decisions, _ := model.Authorize(gw, peers, scope)
 	d, found := decisions[peer.Name]
@@ -190,29 +213,37 @@ func (r *PeerReconciler) credentials(ctx context.Context, peer *vpnv1.VPNPeer) (
 	if peer.Spec.WireGuard != nil && peer.Spec.WireGuard.PresharedKeySecretRef != nil {
 		refs = append(refs, *peer.Spec.WireGuard.PresharedKeySecretRef)
 	}
+	// The siblings' passes follow this one: their Secrets are read together with its own, at
+	// once, rather than one round trip at the start of each pass.
+	var siblings vpnv1.VPNPeerList
+	if err := r.Client.List(ctx, &siblings, client.InNamespace(peer.Namespace), client.MatchingFields{IndexPeerGateway: peer.Spec.GatewayRef}, client.UnsafeDisableDeepCopy); err != nil {
+		return outcome{}, nil, err
+	}
+	if _, err := r.Secrets.getAll(ctx, peer.Namespace, append(secretsOfPeers(siblings.Items), peerSecretNames(peer)...)); err != nil {
+		return outcome{}, nil, err
+	}
 	result := ok(ReasonSecretsPresent, "referenced Secrets exist")
 	var refused map[string]string
 	for _, ref := range refs {
-		s := &corev1.Secret{}
-		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: peer.Namespace, Name: ref.Name}, s)
+		s, err := r.Secrets.get(ctx, types.NamespacedName{Namespace: peer.Namespace, Name: ref.Name})
 		switch {
-		case apierrors.IsNotFound(err):
+		case err != nil:
+			return outcome{}, nil, err
+		case !s.found:
 			if result.status == metav1.ConditionTrue {
 				result = failed(ReasonSecretNotFound, fmt.Sprintf("Secret %q does not exist", ref.Name))
 			}
 			continue
-		case err != nil:
-			return outcome{}, nil, err
 		}
-		if !model.CredentialSecretAllowed(string(s.Type)) {
+		if !model.CredentialSecretAllowed(string(s.typ)) {
 			if refused == nil {
 				refused = map[string]string{}
 			}
-			refused[ref.Name] = string(s.Type)
-			result = failed(ReasonSecretTypeNotAllowed, fmt.Sprintf("Secret %q is of type %q; pre-shared keys must be kept in Opaque Secrets: it is not read and the peer gets no tunnel", ref.Name, s.Type))
+			refused[ref.Name] = string(s.typ)
+			result = failed(ReasonSecretTypeNotAllowed, fmt.Sprintf("Secret %q is of type %q; pre-shared keys must be kept in Opaque Secrets: it is not read and the peer gets no tunnel", ref.Name, s.typ))
 			continue
 		}
-		if len(s.Data[ref.Key]) == 0 && result.status == metav1.ConditionTrue {
+		if !s.keys[ref.Key] && result.status == metav1.ConditionTrue {
 			result = failed(ReasonSecretKeyMissing, fmt.Sprintf("Secret %q has no non-empty key %q", ref.Name, ref.Key))
 		}
 	}
@@ -242,4 +273,17 @@ func sameConditions(have, want []metav1.Condition) bool {
 		}
 	}
 	return true
+}
+
+// allPeers enqueues every VPNPeer.
+func (r *PeerReconciler) allPeers(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list vpnv1.VPNPeerList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, len(list.Items))
+	for i := range list.Items {
+		reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
+	}
+	return reqs
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
@@ -154,6 +155,8 @@ func condition(ctx context.Context, obj client.Object, t string) (*metav1.Condit
 	case *vpnv1.VPNGateway:
 		conds = o.Status.Conditions
 	case *vpnv1.VPNPeer:
+		conds = o.Status.Conditions
+	case *ipsecv1.ClusterLink:
 		conds = o.Status.Conditions
 	}
 	c := meta.FindStatusCondition(conds, t)

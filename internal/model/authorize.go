@@ -21,6 +21,9 @@ type Scope struct {
 	// RefusedSecrets are the Secrets (by name, with their type) that may not hold tunnel
 	// credentials (CredentialSecretAllowed); a peer naming one gets no tunnel.
 	RefusedSecrets map[string]string
+	// Links are the ready ClusterLinks: their ranges belong to a service cluster, so no peer
+	// subnet may overlap them (the link was there first; see DecideLinks).
+	Links []Link
 }
 
 // GatewayLocalID is the gateway's IKE identity: spec.ipsec.localID, else its public address.
@@ -55,6 +58,9 @@ func (s Scope) reservedRanges() []reservedRange {
 	add("the cluster's service CIDR", s.Config.ClusterServiceCIDRs)
 	add("the node network", s.Config.NodeCIDRs)
 	add("the internal source CIDRs", s.Config.InternalSourceCIDRs)
+	for _, l := range s.Links {
+		add("ClusterLink "+l.Name, l.CIDRs)
+	}
 	return out
 }
 

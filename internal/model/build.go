@@ -47,6 +47,9 @@ type Input struct {
 	ReverseClients []netip.Addr
 	// ReverseServiceIPs are the ClusterIPs of the reverse exposures' Services, by exposure name.
 	ReverseServiceIPs map[string]netip.Addr
+	// Links are the ready ClusterLinks (DecideLinks): the gateway routes to their ranges, admits
+	// them as internal sources and exposure targets, and withholds peer subnets overlapping them.
+	Links []Link
 }
 
 // GatewayCIDR is a gateway's service CIDR, with the gateway's namespace/name.
@@ -145,6 +148,7 @@ func Build(in Input) (*Gateway, []Error) {
 	if cidrOK && namesOK {
 		assignVirtualIPs(gw, out, &errs)
 	}
+	out.Routes = linkRoutes(in.Links)
 	checkTargets(in, out, cidrOK, &errs)
 
 	for i, c := range in.Config.InternalSourceCIDRs {
@@ -153,6 +157,11 @@ func Build(in Input) (*Gateway, []Error) {
 		}
 	}
 	out.InternalSourceCIDRs = slices.Clone(in.Config.InternalSourceCIDRs)
+	for _, r := range out.Routes {
+		if !slices.Contains(out.InternalSourceCIDRs, r.CIDR) {
+			out.InternalSourceCIDRs = append(out.InternalSourceCIDRs, r.CIDR)
+		}
+	}
 	out.ReverseClients = reverseClients(in.ReverseClients, out.InternalSourceCIDRs)
 	for i := range out.ReverseExposures {
 		if a := in.ReverseServiceIPs[out.ReverseExposures[i].Name]; a.Is4() && !a.IsUnspecified() {
@@ -166,12 +175,13 @@ func Build(in Input) (*Gateway, []Error) {
 		out.ReverseClientNamespaces = sel.DeepCopy()
 	}
 
-	scope := Scope{LocalID: GatewayLocalID(gw, in.PublicAddress), Config: in.Config, RefusedSecrets: in.RefusedSecrets}
+	scope := Scope{LocalID: GatewayLocalID(gw, in.PublicAddress), Config: in.Config, RefusedSecrets: in.RefusedSecrets, Links: in.Links}
 	if cidrOK {
 		scope.ServiceCIDR = out.ServiceCIDR
 	}
 	verdicts, problems := authorize(gw, in.Peers, scope)
 	buildPeers(gw, in.Peers, verdicts, out, &errs)
+	assignReqids(gw, in.Peers, out)
 
 	if len(errs) > 0 {
 		return nil, errs
@@ -538,7 +548,8 @@ func targetRefusal(a netip.Addr, in Input, out *Gateway, cidrOK bool) (reason, d
 			return ReasonTargetInServiceCIDR, fmt.Sprintf("lies in the service CIDR %s of gateway %s", o.CIDR, o.Gateway)
 		}
 	}
-	if allowed := in.Config.AllowedTargetCIDRs; len(allowed) > 0 && !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(a) }) {
+	if allowed := in.Config.AllowedTargetCIDRs; len(allowed) > 0 && !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(a) }) &&
+		!slices.ContainsFunc(out.Routes, func(r Route) bool { return r.CIDR.Contains(a) }) {
 		return ReasonTargetNotAllowed, fmt.Sprintf("is outside the allowed target ranges %s set by the cluster admin", joinPrefixes(allowed))
 	}
 	return "", ""

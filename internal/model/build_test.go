@@ -79,7 +79,7 @@ func TestBuildIPsec(t *testing.T) {
 			ReverseExposures: []string{"acme-erp"},
 			IPsec: &IPsecPeer{RemoteAddress: "203.0.113.9", RemoteID: "a.example.com",
 				ESPProposals: []string{"aes256gcm16-ecp256", "aes256-sha256-modp2048"}, RekeyTime: time.Hour,
-				PSK: SecretKeyRef{"a-psk", "psk"}},
+				PSK: SecretKeyRef{"a-psk", "psk"}, Reqid: PeerReqid("tenant", "gw", "a")},
 		},
 		{
 			Name: "b", UID: "b-uid", Generation: 1,
@@ -88,7 +88,7 @@ func TestBuildIPsec(t *testing.T) {
 			Exposures:     []string{"metrics"},
 			IPsec: &IPsecPeer{RemoteAddress: "203.0.113.9", RemoteID: "b.example.com",
 				ESPProposals: []string{"aes256gcm16-ecp256", "aes256-sha256-modp2048"}, RekeyTime: time.Hour,
-				PSK: SecretKeyRef{"b-psk", "psk"}},
+				PSK: SecretKeyRef{"b-psk", "psk"}, Reqid: PeerReqid("tenant", "gw", "b")},
 		},
 	}
 	if !reflect.DeepEqual(gw.Peers, wantPeers) {
@@ -145,7 +145,7 @@ func TestBuildIPsecSettings(t *testing.T) {
 		t.Errorf("ipsec %+v", gw.IPsec)
 	}
 	wantPeer := &IPsecPeer{RemoteAddress: "203.0.113.9", RemoteID: "acme-hq.example.com", ESPProposals: []string{"aes128gcm16"},
-		RekeyTime: 20 * time.Minute, PSK: SecretKeyRef{"a-psk", "psk"}}
+		RekeyTime: 20 * time.Minute, PSK: SecretKeyRef{"a-psk", "psk"}, Reqid: PeerReqid("tenant", "gw", "a")}
 	if !reflect.DeepEqual(gw.Peers[0].IPsec, wantPeer) {
 		t.Errorf("peer %+v", gw.Peers[0].IPsec)
 	}

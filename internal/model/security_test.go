@@ -472,6 +472,21 @@ func TestVerify(t *testing.T) {
 		{"a wildcard remote ID", func(g *Gateway) { g.Peers[1].IPsec.RemoteID = "*.example.com" }, "does not name one identity"},
 		{"a service CIDR outside CGNAT", func(g *Gateway) { g.ServiceCIDR = p("10.0.0.0/24") }, "service CIDR"},
 		{"an authorized peer with withheld subnets", func(g *Gateway) { g.Peers[0].WithheldCIDRs = []netip.Prefix{p("10.99.0.0/16")} }, "withheld"},
+		{"a default route", func(g *Gateway) {
+			g.InternalSourceCIDRs = append(g.InternalSourceCIDRs, p("0.0.0.0/0"))
+			g.Routes = []Route{{CIDR: p("0.0.0.0/0"), Via: netip.MustParseAddr("198.51.100.202"), Link: "x"}}
+		}, "is not an IPv4 network"},
+		{"a route that is no internal source", func(g *Gateway) {
+			g.Routes = []Route{{CIDR: p("10.50.0.0/16"), Via: netip.MustParseAddr("198.51.100.202"), Link: "x"}}
+		}, "not an internal source"},
+		{"a route over the service CIDR", func(g *Gateway) {
+			g.InternalSourceCIDRs = append(g.InternalSourceCIDRs, p("100.64.0.0/16"))
+			g.Routes = []Route{{CIDR: p("100.64.0.0/16"), Via: netip.MustParseAddr("198.51.100.202"), Link: "x"}}
+		}, "service CIDR"},
+		{"a route via its own range", func(g *Gateway) {
+			g.InternalSourceCIDRs = append(g.InternalSourceCIDRs, p("10.50.0.0/16"))
+			g.Routes = []Route{{CIDR: p("10.50.0.0/16"), Via: netip.MustParseAddr("10.50.0.1"), Link: "x"}}
+		}, "next hop"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -17,7 +17,8 @@ import (
 type Config struct {
 	// PoolCIDR is where service CIDRs are allocated from (inside 100.64.0.0/10).
 	PoolCIDR netip.Prefix
-	// InternalSourceCIDRs may initiate toward reverse exposures (pod CIDR, ClusterLink ranges).
+	// InternalSourceCIDRs may initiate toward reverse exposures (the pod CIDR; the gateway model
+	// adds every ready ClusterLink's ranges).
 	InternalSourceCIDRs []netip.Prefix
 	// ClusterPodCIDRs, ClusterServiceCIDRs and NodeCIDRs are the cluster's own ranges: no
 	// peer's subnets may overlap them (a tunnel would capture the cluster's traffic).
@@ -125,8 +126,13 @@ type Gateway struct {
 	Exposures        []Exposure        `json:"exposures,omitempty"`
 	ReverseExposures []ReverseExposure `json:"reverseExposures,omitempty"`
 
-	// InternalSourceCIDRs may initiate toward reverse exposures.
+	// InternalSourceCIDRs may initiate toward reverse exposures: the operator's
+	// internalSourceCIDRs and every ready ClusterLink's ranges.
 	InternalSourceCIDRs []netip.Prefix `json:"internalSourceCIDRs,omitempty"`
+	// Routes toward the ready ClusterLinks' ranges (next hop on the fabric), sorted by range.
+	// Their ranges are internal sources as a whole (the service cluster's workloads), not
+	// only through ReverseClients.
+	Routes []Route `json:"routes,omitempty"`
 	// ReverseClients are the addresses that may reach the reverse exposures: the pods of the
 	// gateway's namespace and of ReverseClientNamespaces, host-network pods excluded, inside
 	// InternalSourceCIDRs. Sorted, unique.
@@ -263,6 +269,9 @@ type IPsecPeer struct {
 	ESPProposals  []string      `json:"espProposals"`
 	RekeyTime     time.Duration `json:"rekeyTime"`
 	PSK           SecretKeyRef  `json:"psk"`
+	// Reqid is the fixed reqid of the peer's CHILD_SAs in kernel-ESP mode (see FirstReqid):
+	// the ruleset grants what arrives through an SA with this reqid only.
+	Reqid uint32 `json:"reqid,omitempty"`
 }
 
 // WireGuardPeer is the remote WireGuard device.

@@ -23,7 +23,7 @@ var unsafeRanges = []netip.Prefix{
 // guarantees and the security model relies on: addresses inside the service CIDR, no peer
 // subnet that is unsafe or the gateway's own, tunnels pairwise disjoint, one identity per
 // IPsec peer, grants only to authorized peers and consistent in both directions, reverse
-// exposures into their grantee's subnets. The renderers check the rest (syntax, ports, names).
+// exposures into their grantee's subnets, IPsec reqids in range and unique. The renderers check the rest (syntax, ports, names).
 // Every problem is reported, joined.
 func Verify(g *Gateway) error {
 	if g == nil {
@@ -62,6 +62,24 @@ func Verify(g *Gateway) error {
 	for i, c := range g.InternalSourceCIDRs {
 		if !c.IsValid() || !c.Addr().Is4() || c.Masked() != c || c.Bits() == 0 {
 			bad("internal source CIDR %d (%s) is not an IPv4 network", i, c)
+		}
+	}
+
+	// Routes (ready ClusterLinks): the agent installs them, so a tampered model must not route
+	// anything but a service cluster's range: no default route, nothing unsafe or of the gateway's
+	// own, every range an internal source, the next hop a unicast address outside it.
+	for i, r := range g.Routes {
+		switch c := r.CIDR; {
+		case !c.IsValid() || !c.Addr().Is4() || c.Masked() != c || c.Bits() == 0:
+			bad("route %d (%s) is not an IPv4 network", i, c)
+		case !slices.Contains(g.InternalSourceCIDRs, c):
+			bad("route %d (%s) is not an internal source CIDR", i, c)
+		case !r.Via.Is4() || !r.Via.IsGlobalUnicast() || c.Contains(r.Via):
+			bad("route %d (%s): next hop %s is not a unicast IPv4 address outside it", i, c, r.Via)
+		default:
+			if reason := unsafeSubnet(c, sc, nil); reason != "" {
+				bad("route %d: %s %s", i, c, reason)
+			}
 		}
 	}
 
@@ -172,6 +190,7 @@ func Verify(g *Gateway) error {
 			}
 		}
 	}
+	verifyReqids(g, bad)
 	return errors.Join(errs...)
 }
 

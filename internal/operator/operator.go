@@ -277,7 +277,9 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 	endpoints := cloud.NewChooser(cfg.OpenStack,
 		loadbalancer.New(mgr.GetClient(), loadbalancer.Config{}),
 		hostnetwork.New(mgr.GetClient(), hostnetwork.Config{NodeIndex: controller.IndexGatewayNode}))
-	gateways := &controller.GatewayReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Options: cfg.Options, Endpoints: endpoints}
+	// The metadata of Secrets comes from the cache itself: the client reads Secrets uncached.
+	secrets := &controller.SecretFacts{Metadata: mgr.GetCache(), API: mgr.GetAPIReader()}
+	gateways := &controller.GatewayReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: secrets, Recorder: recorder, Options: cfg.Options, Endpoints: endpoints}
 	if err := gateways.SetupWithManager(mgr, cfg.Concurrency); err != nil {
 		return nil, fmt.Errorf("gateway controller: %w", err)
 	}
@@ -285,7 +287,10 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 	if err := (&controller.IPsecGatewayReconciler{Gateways: gateways}).SetupWithManager(mgr, cfg.Concurrency); err != nil {
 		return nil, fmt.Errorf("ipsecgateway controller: %w", err)
 	}
-	if err := (&controller.PeerReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Model: cfg.Options.Model}).
+	if err := (&controller.ClusterLinkReconciler{Client: mgr.GetClient(), Recorder: recorder, Model: cfg.Options.Model}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("clusterlink controller: %w", err)
+	}
+	if err := (&controller.PeerReconciler{Client: mgr.GetClient(), Secrets: secrets, Recorder: recorder, Model: cfg.Options.Model}).
 		SetupWithManager(mgr, cfg.Concurrency); err != nil {
 		return nil, fmt.Errorf("peer controller: %w", err)
 	}

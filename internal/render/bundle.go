@@ -29,7 +29,8 @@ const (
 
 // Options are the operator's dataplane settings.
 type Options struct {
-	// UserspaceDataplane: kernel-libipsec (TUN ipsec0) instead of kernel ESP.
+	// UserspaceDataplane: kernel-libipsec (TUN ipsec0) instead of kernel ESP. Kernel ESP binds
+	// each peer's grants to its CHILD_SAs' reqid (model.FirstReqid).
 	UserspaceDataplane bool
 }
 
@@ -47,7 +48,7 @@ func Render(gw *model.Gateway, opts Options) (*Bundle, error) {
 	var err error
 	switch gw.Protocol {
 	case model.ProtocolIPsec:
-		if b.StrongSwan, err = strongswan.Render(gw, strongswan.Options{}); err != nil {
+		if b.StrongSwan, err = strongswan.Render(gw, strongswan.Options{Reqids: !opts.UserspaceDataplane}); err != nil {
 			return nil, fmt.Errorf("strongSwan configuration: %w", err)
 		}
 	case model.ProtocolWireGuard:

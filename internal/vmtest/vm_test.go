@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,8 +24,26 @@ import (
 // production nodes have (kernel WireGuard, XFRM ESP, nft's ipsec expression). The assertions
 // are the guest tests' own; here they come back as output and exit status.
 func TestVM(t *testing.T) {
-	res := vmtest.Run(t, "./internal/vmtest", vmtest.Options{Run: "^TestGuest"})
-	for _, name := range []string{"TestGuestHostTools", "TestGuestKernelWireGuard", "TestGuestKernelXFRM"} {
+	if _, err := vmtest.Available(); err != nil {
+		t.Skip(err)
+	}
+	// The gateway agent the kernel-mode scenarios run, built here for the guest (which runs
+	// the host's binaries from the host's root).
+	root, err := vmtest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := filepath.Join(t.TempDir(), "gateway-agent")
+	build := exec.Command("go", "build", "-o", agent, "./cmd/gateway-agent")
+	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the agent: %v\n%s", err, out)
+	}
+	// The timeout covers go test -c and the wait for another VM too.
+	res := vmtest.Run(t, "./internal/vmtest", vmtest.Options{Run: "^TestGuest", Env: []string{EnvAgent + "=" + agent}, Timeout: 10 * time.Minute,
+		Modules: append(slices.Clone(vmtest.DefaultModules), "nft_nat", "nft_masq", "nft_fib_ipv4", "nf_conntrack_netlink")})
+	for _, name := range []string{"TestGuestHostTools", "TestGuestKernelWireGuard", "TestGuestKernelXFRM",
+		"TestGuestKernelIPsecGateway", "TestGuestKernelWireGuardGateway"} {
 		if !strings.Contains(res.Output, "--- PASS: "+name+" ") {
 			t.Errorf("the VM did not report %s as passed", name)
 		}

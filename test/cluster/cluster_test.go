@@ -7,10 +7,12 @@
 // 2 connected, 3 authorization, 3b backend replaced, 3c kubectl vpn status and diagnose, 3d a
 // proposal mismatch named, 4 a peer added live, 4b an overlapping dark peer, 4c a ServiceAccount
 // token as PSK, 4d host network only where allowed, 4e a ConfigMap carrying more than the model,
-// 5 gateway pods deleted, 6 operator restart, 7 agent logs, 8 no secret outside its Secret, 8b the
-// fault suite (faults_test.go), 9 host-network gateway deleted, 10 status, 11 a legacy
-// IPsecGateway migrated, 12 an OpenStack gateway through its floating IP in the lab's cloud and
-// 13 the VM cutover and the cloud's leak table (cloud_test.go).
+// 4f reverse exposures from their tenant, 4g the node's traffic untouched, 4h a ClusterLink to a
+// service cluster behind the node (clusterlink_test.go), 5 gateway pods deleted, 6 operator
+// restart, 7 agent logs, 8 no secret outside its Secret, 8b the fault suite (faults_test.go), 9
+// host-network gateway deleted, 10 status, 11 legacy IPsecGateway migrated, 12 an OpenStack
+// gateway through its floating IP in the lab's cloud and 13 the VM cutover and the cloud's leak
+// table (cloud_test.go).
 //
 // Skipped unless BNERD_LAB=1 (make e2e-cluster) and the lab's kubeconfig exists. Runs as root.
 package cluster
@@ -86,6 +88,7 @@ func TestCluster(t *testing.T) {
 		{"4e ConfigMap carrying more than the model", test4eConfigMapRefused},
 		{"4f reverse exposures from their tenant", test4fReverseExposures},
 		{"4g host-network gateway leaves the node's traffic alone", test4gNodeTrafficUntouched},
+		{"4h ClusterLink: a service cluster behind the node", test4hClusterLink},
 		{"5 gateway pod deleted", test5GatewayPodDeleted},
 		{"6 operator restart re-creates nothing", test6OperatorRestart},
 		{"7 agent logs", test7AgentLogs},

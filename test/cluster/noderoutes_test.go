@@ -133,7 +133,12 @@ func test4gNodeTrafficUntouched(t *testing.T) {
 		t.Logf("pod -> %s: %s", url, strings.TrimSpace(out))
 	})
 	t.Run("the node reaches it too", func(t *testing.T) {
-		out, err := L.run(15*time.Second, "curl", "-sS", "--max-time", "5", url)
+		var out string
+		err := eventually(30*time.Second, func() error { // the lab's one-line server once gave an empty reply
+			var err error
+			out, err = L.run(15*time.Second, "curl", "-sS", "--max-time", "5", url)
+			return err
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,15 +29,22 @@ type reverseTarget struct {
 // <client address>" (socat, in the site's network namespace); stopped when the test ends.
 func lanListener(t *testing.T, site string, index int) {
 	t.Helper()
+	listener(t, "lab-site-"+site, siteHost(index), 2222, "lan of "+site)
+}
+
+// listener serves HTTP on bind:port in a network namespace, answering "<what>, you are <client
+// address>"; stopped when the test ends.
+func listener(t *testing.T, netns, bind string, port int, what string) {
+	t.Helper()
 	// a script: socat would cut a SYSTEM command at its first comma
 	script := filepath.Join(t.TempDir(), "answer.sh")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\nprintf 'HTTP/1.0 200 OK\\r\\n\\r\\nlan of %s, you are %s\\n' \"$1\" \"$SOCAT_PEERADDR\"\n"), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nprintf 'HTTP/1.0 200 OK\\r\\n\\r\\n%s, you are %s\\n' \"$*\" \"$SOCAT_PEERADDR\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", "lab-site-"+site, "socat",
-		fmt.Sprintf("TCP-LISTEN:2222,bind=%s,fork,reuseaddr", siteHost(index)), "EXEC:"+script+" "+site)
+	cmd := exec.Command("ip", "netns", "exec", netns, "socat",
+		fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", port, bind), "EXEC:"+script+" "+what)
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("listener in %s: %v", site, err)
+		t.Fatalf("listener in %s: %v", netns, err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 }

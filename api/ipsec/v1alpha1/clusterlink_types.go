@@ -32,12 +32,18 @@ type ClusterLinkStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
-	// Gateways (namespace/name) that route to the link's CIDRs.
+	// Gateways (namespace/name) that route to the link's CIDRs and admit them as internal
+	// sources: every gateway of the cluster while the link is Ready, none otherwise.
 	// +optional
 	Gateways []string `json:"gateways,omitempty"`
 }
 
-// ClusterLink is a service cluster plumbed into the transit fabric (cluster-scoped).
+// ClusterLink is a service cluster plumbed into the transit fabric (cluster-scoped). While its
+// Ready condition is True, every gateway routes its CIDRs via its next hop (a pod-network
+// gateway whose pod is attached to the fabric; otherwise the node's routing), admits them as
+// internal sources of reverse exposures and may expose targets inside them. A link overlapping an
+// older peer's subnets, a gateway's service CIDR (or the pool), the cluster's own ranges or an
+// older ready link is refused: Ready=False with a message naming both sides.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -321,6 +322,11 @@ func validate(gw *model.Gateway, owner metav1.OwnerReference, opts *Options) err
 	for i, p := range gw.InternalSourceCIDRs {
 		if !p.IsValid() {
 			bad("internalSourceCIDRs[%d] is invalid", i)
+		}
+	}
+	for i, r := range gw.Routes {
+		if !r.CIDR.IsValid() || !r.CIDR.Addr().Is4() || !r.Via.Is4() || !slices.Contains(gw.InternalSourceCIDRs, r.CIDR) {
+			bad("routes[%d] (ClusterLink %q) is not an IPv4 range with an IPv4 next hop among the internal sources", i, r.Link)
 		}
 	}
 	for _, r := range gw.ReverseExposures {

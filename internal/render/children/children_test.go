@@ -762,6 +762,9 @@ func TestNetworkPolicy(t *testing.T) {
 				if gw.ReverseClientNamespaces != nil {
 					from = append(from, "selected-namespaces")
 				}
+				for _, r := range gw.Routes { // the ready ClusterLinks' ranges
+					from = append(from, r.CIDR.String())
+				}
 				want = append(want, fmt.Sprintf("ports=%v from=%v", ports, from))
 			}
 			want = append(want, fmt.Sprintf("ports=[TCP/%d] from=[cluster]", metrics))

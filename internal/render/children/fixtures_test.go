@@ -152,7 +152,9 @@ func ipsecHostNetworkTwoPeers() *model.Gateway {
 		ServiceCIDR:         pfx("100.64.2.0/24"),
 		LocalAddress:        addr("100.64.2.1"),
 		InternalSourceCIDRs: []netip.Prefix{pfx("10.244.0.0/16"), pfx("172.16.0.0/12")},
-		ReverseClients:      []netip.Addr{addr("10.244.0.12"), addr("10.244.1.7")},
+		// A ready ClusterLink: its range is an internal source and the NetworkPolicy admits it.
+		Routes:         []model.Route{{CIDR: pfx("172.16.0.0/12"), Via: addr("198.51.100.202"), Link: "service-cluster"}},
+		ReverseClients: []netip.Addr{addr("10.244.0.12"), addr("10.244.1.7")},
 		ReverseClientNamespaces: &metav1.LabelSelector{
 			MatchLabels:      map[string]string{"tenant": "gamma"},
 			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "env", Operator: metav1.LabelSelectorOpIn, Values: []string{"prod", "staging"}}},

@@ -49,6 +49,10 @@ func renderNetworkPolicy(gw *model.Gateway, owner metav1.OwnerReference, opts Op
 		if sel := gw.ReverseClientNamespaces; sel != nil {
 			reverse.WithFrom(networkingv1ac.NetworkPolicyPeer().WithNamespaceSelector(labelSelector(sel)))
 		}
+		// The ready ClusterLinks' ranges: a service cluster's workloads, routed over the fabric.
+		for _, r := range gw.Routes {
+			reverse.WithFrom(networkingv1ac.NetworkPolicyPeer().WithIPBlock(networkingv1ac.IPBlock().WithCIDR(r.CIDR.String())))
+		}
 		for _, r := range gw.ReverseExposures {
 			for _, p := range r.Ports {
 				proto := tcp

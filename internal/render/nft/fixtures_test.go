@@ -45,7 +45,7 @@ func ipsecPeer(name string, d model.Decision, exposures []string, subnets ...str
 	p := model.Peer{
 		Name:          name,
 		Authorization: d,
-		IPsec:         &model.IPsecPeer{RemoteAddress: "198.51.100.77", RemoteID: "198.51.100.77"},
+		IPsec:         &model.IPsecPeer{RemoteAddress: "198.51.100.77", RemoteID: "198.51.100.77", Reqid: model.PeerReqid("tenant-a", "fixture", name)},
 	}
 	if d.Authorized {
 		p.Exposures = exposures
@@ -131,6 +131,33 @@ func renderCases() []renderCase {
 						Ports: []model.Port{{Protocol: "tcp", Port: 502, TargetPort: 502, GatewayPort: 20000}, {Protocol: "udp", Port: 161, TargetPort: 161, GatewayPort: 20001}}},
 					{Name: "orphan", VirtualIP: addr("100.64.7.21"), Target: addr("203.0.113.6"),
 						Ports: []model.Port{{Protocol: "tcp", Port: 22, TargetPort: 22, GatewayPort: 20002}}},
+				}
+				return g
+			},
+			opts: libipsec,
+		},
+		{
+			// Ready ClusterLinks: their whole ranges reach the reverse exposure (reverse_clients
+			// becomes an interval set; a pod inside a range is not listed twice), and an exposure
+			// targets a host in a service cluster.
+			name: "cluster-link",
+			gw: func() *model.Gateway {
+				g := ipsecGateway("ops", []model.Peer{
+					ipsecPeer("plant", allowed(model.ReasonDefaultAllow), []string{"web"}, "203.0.113.0/28"),
+				}, []model.Exposure{
+					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("10.50.0.9"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"plant"}},
+				})
+				g.Peers[0].ReverseExposures = []string{"plc"}
+				g.Routes = []model.Route{
+					{CIDR: pfx("10.50.0.0/16"), Via: addr("198.51.100.202"), Link: "svc"},
+					{CIDR: pfx("10.51.0.0/16"), Via: addr("198.51.100.202"), Link: "svc"},
+					{CIDR: pfx("172.20.0.0/24"), Via: addr("198.51.100.206"), Link: "other"},
+				}
+				g.InternalSourceCIDRs = []netip.Prefix{pfx("198.51.100.0/24"), pfx("10.50.0.0/16"), pfx("10.51.0.0/16"), pfx("172.20.0.0/24")}
+				g.ReverseClients = []netip.Addr{addr("198.51.100.7"), addr("198.51.100.9")}
+				g.ReverseExposures = []model.ReverseExposure{
+					{Name: "plc", VirtualIP: addr("100.64.7.20"), Target: addr("203.0.113.5"), Grantee: "plant",
+						Ports: []model.Port{{Protocol: "tcp", Port: 502, TargetPort: 502, GatewayPort: 20000}}},
 				}
 				return g
 			},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -21,7 +22,14 @@ func TestHostNetworkRulesMatchTheTunnelOnly(t *testing.T) {
 		}
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.opts(g)
-			in, out := "meta ipsec exists", "rt ipsec exists"
+			var reqids []uint32
+			for _, p := range g.Peers {
+				if p.IPsec != nil && p.HasTunnel() {
+					reqids = append(reqids, p.IPsec.Reqid)
+				}
+			}
+			slices.Sort(reqids)
+			in, out := reqidMatch("in", reqids), reqidMatch("out", reqids)
 			if o.TunnelInterface != "" {
 				in, out = `iifname "`+o.TunnelInterface+`"`, `oifname "`+o.TunnelInterface+`"`
 			}
@@ -40,7 +48,7 @@ func TestHostNetworkRulesMatchTheTunnelOnly(t *testing.T) {
 				case strings.Contains(line, "fib daddr type local") && strings.Contains(line, "ip saddr @reverse_clients") && strings.Contains(line, "@rev_dnat"):
 					// The reverse DNAT: the gateway's own ports on a local address, from the
 					// tenant's pods; its flows go into the tunnel.
-				case strings.Contains(line, "ip saddr @reverse_clients ip daddr . meta l4proto . th dport @rev_svc_dnat"):
+				case strings.Contains(line, "ip saddr @reverse_clients ip daddr . meta l4proto . th dport @rev_svc_keys"):
 					// The same for the reverse exposures' Services, from the tenant's pods on
 					// this node: only those (Service IP . port) pairs.
 				default:

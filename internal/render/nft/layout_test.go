@@ -50,10 +50,10 @@ func TestSplitRenderedFixtures(t *testing.T) {
 				n += len(s.Elements)
 			}
 			want := p.elements()
-			if p.serviceKeyed() { // rev_svc_dnat and rev_svc_snat, which elements() leaves out
+			if p.serviceKeyed() { // rev_svc_dnat, rev_svc_snat and their key sets, which elements() leaves out
 				for _, r := range p.reverse {
 					if r.serviceIP.IsValid() {
-						want += 2
+						want += 4
 					}
 				}
 			}

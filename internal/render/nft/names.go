@@ -24,6 +24,9 @@ const (
 	// CounterOther counts any other forwarded packet that was dropped (neither from the tunnel nor
 	// toward a peer's subnets).
 	CounterOther = "drop_other"
+	// CounterSpoofed (kernel ESP) counts packets from the tunnel whose source is not one of the
+	// subnets the SA they came through carries: another peer's address, or no peer's.
+	CounterSpoofed = "drop_spoofed"
 )
 
 // maxCleanName is the longest peer name used verbatim in counter names (nftables object names

@@ -7,7 +7,14 @@
 // of peers: who may reach what lives in sets and maps, never in one rule per peer, and
 // established flows are accepted before any of them is consulted.
 //
-// Layout ("from the tunnel" is iifname <TunnelInterface>, or meta ipsec exists for kernel ESP):
+// Layout ("from the tunnel" is iifname <TunnelInterface>; for kernel ESP it is
+// `ipsec in reqid { <the gateway's reqids> }`, "into the tunnel" `ipsec out reqid { ... }`:
+// the SAs of the gateway's own peers, never another IPsec user's of the node):
+//   - tunnel_source (kernel ESP, prerouting before everything else): a packet from the tunnel
+//     whose (reqid . source) is not in tunnel_sources — its source is not a subnet of the peer
+//     whose SA it came through — is dropped and counted (drop_spoofed). Every later match of a
+//     source subnet therefore also matches the granting peer's SA: grants are bound to the
+//     tunnel, on top of the peers' disjoint traffic selectors.
 //   - prerouting (nat): a packet from the tunnel whose (source . virtual IP . protocol . port)
 //     is in the interval set fwd_grants (the granting peers' subnets) gets ct mark MarkForward
 //     and is DNATed through the map fwd_dnat; nothing else from the tunnel is translated. A
@@ -25,8 +32,8 @@
 //     else drop_unknown_in / drop_other. input and output drop new traffic from and into the
 //     tunnel the same way.
 //   - host network (the gateway shares the node's namespace): the forward chain's policy is
-//     accept and every clamp and drop matches the tunnel — from it (iifname/meta ipsec exists)
-//     or into it (oifname/rt ipsec exists) — so the node's other flows, a pod's toward an
+//     accept and every clamp and drop matches the tunnel — from it (iifname/ipsec in reqid)
+//     or into it (oifname/ipsec out reqid) — so the node's other flows, a pod's toward an
 //     address inside a peer's subnet included, never meet a rule of the gateway. The forward
 //     DNAT matches the tunnel too; the reverse DNAT only the gateway's own ports on a local
 //     address from reverse_clients, arriving on any device but the tunnel's.
@@ -42,6 +49,7 @@
 package nft
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -93,8 +101,9 @@ const (
 type Options struct {
 	// TunnelInterface is where decrypted tunnel traffic enters and leaves the pod: the
 	// WireGuardDevice for WireGuard, "ipsec0" for strongSwan with kernel-libipsec. Empty on an IPsec gateway means
-	// kernel ESP, which has no interface: tunnel traffic is then recognised by its IPsec policy
-	// (meta ipsec exists inbound, rt ipsec exists outbound). Required for WireGuard.
+	// kernel ESP, which has no interface: tunnel traffic is then recognised by the reqids of
+	// the gateway's peers' SAs (ipsec in/out reqid; every IPsec peer with a tunnel must have
+	// one, model.FirstReqid). Required for WireGuard.
 	TunnelInterface string
 	// ClusterInterface is the pod's cluster-facing interface, where reverse-exposure traffic
 	// arrives ("eth0"). Required.
@@ -214,26 +223,78 @@ type plan struct {
 	peerCounters []Counters
 	counterStart map[string]CounterValue
 	peerIn       []owned // counter map elements, owner indexes peerCounters
-	forward      []forwardPort
-	clients      []netip.Addr // reverse clients (pods allowed to reach reverse exposures)
+	// reqids (kernel ESP): the gateway's IPsec peers' reqids, sorted; tunnelIn and tunnelOut
+	// match them and nothing else. sources pairs each with the peer's subnets.
+	reqids  []uint32
+	sources []reqidSource
+	forward []forwardPort
+	clients []netip.Addr // reverse clients (pods allowed to reach reverse exposures)
+	// clientRanges are whole ranges allowed to reach reverse exposures: the ready ClusterLinks'
+	// (a service cluster's workloads); reverse_clients becomes an interval set when present.
+	clientRanges []netip.Prefix
 	reverse      []reversePort
+}
+
+// kernelESP: an IPsec gateway without a tunnel interface, its tunnel traffic recognised by
+// its SAs' reqids.
+func (p *plan) kernelESP() bool {
+	return p.protocol == model.ProtocolIPsec && !strings.HasPrefix(p.tunnelIn, "iifname ")
+}
+
+// hasClients: someone may reach the reverse exposures.
+func (p *plan) hasClients() bool { return len(p.clients) > 0 || len(p.clientRanges) > 0 }
+
+// clientElements are reverse_clients' elements: the pods outside the link ranges, then the
+// ranges (an interval set refuses an address inside a range it already holds).
+func (p *plan) clientElements() []string {
+	var out []string
+	for _, a := range p.clients {
+		if !slices.ContainsFunc(p.clientRanges, func(r netip.Prefix) bool { return r.Contains(a) }) {
+			out = append(out, a.String())
+		}
+	}
+	for _, r := range p.clientRanges {
+		out = append(out, r.String())
+	}
+	return out
 }
 
 // serviceKeyed: the gateway shares the node's network namespace and knows a reverse
 // exposure's Service IP, so it translates that Service for clients on its own node.
 func (p *plan) serviceKeyed() bool {
-	if !p.sharedNetns || len(p.clients) == 0 {
+	if !p.sharedNetns || !p.hasClients() {
 		return false
 	}
 	return slices.ContainsFunc(p.reverse, func(r reversePort) bool { return r.serviceIP.IsValid() })
 }
 
-// notFromTunnel matches packets that did not come out of the tunnel.
-func (p *plan) notFromTunnel() string {
+// reqidSource is one subnet a peer's SAs (reqid) carry.
+type reqidSource struct {
+	reqid  uint32
+	prefix netip.Prefix
+}
+
+// notFromTunnel is how a chain's rules after it skip packets from the tunnel: a match to
+// prefix them with (interface mode), or a rule of its own that returns on the tunnel's
+// packets (kernel ESP: nft cannot negate a reqid match, and "meta ipsec missing" would skip
+// another IPsec user's packets too, a CNI's encrypted pod traffic among them).
+func (p *plan) notFromTunnel() (match, returnRule string) {
 	if rest, ok := strings.CutPrefix(p.tunnelIn, "iifname "); ok {
-		return "iifname != " + rest
+		return "iifname != " + rest + " ", ""
 	}
-	return "meta ipsec missing"
+	return "", "\t\t" + p.tunnelIn + " return\n"
+}
+
+// reqidMatch is `ipsec <dir> reqid` of the gateway's reqids.
+func reqidMatch(dir string, reqids []uint32) string {
+	if len(reqids) == 1 {
+		return fmt.Sprintf("ipsec %s reqid %d", dir, reqids[0])
+	}
+	parts := make([]string, len(reqids))
+	for i, r := range reqids {
+		parts[i] = strconv.FormatUint(uint64(r), 10)
+	}
+	return fmt.Sprintf("ipsec %s reqid { %s }", dir, strings.Join(parts, ", "))
 }
 
 // Render returns the gateway's ruleset for `nft -f`, or why it cannot be rendered (a model
@@ -270,7 +331,34 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 		sharedNetns:  g.Endpoint.Kind == model.EndpointHostNetwork,
 	}
 	if o.TunnelInterface == "" {
-		p.tunnelIn, p.tunnelOut = "meta ipsec exists", "rt ipsec exists"
+		// Kernel ESP: tunnel traffic is what the gateway's own SAs (its peers' reqids) carry.
+		for _, peer := range g.Peers {
+			if peer.IPsec == nil || !peer.HasTunnel() {
+				continue
+			}
+			if err := model.ReqidError(peer); err != nil {
+				return nil, fmt.Errorf("kernel ESP: %w", err)
+			}
+			p.reqids = append(p.reqids, peer.IPsec.Reqid)
+			for _, s := range peer.SourceCIDRs {
+				p.sources = append(p.sources, reqidSource{reqid: peer.IPsec.Reqid, prefix: s})
+			}
+		}
+		slices.Sort(p.reqids)
+		if len(slices.Compact(slices.Clone(p.reqids))) != len(p.reqids) {
+			return nil, fmt.Errorf("kernel ESP: two peers share a reqid")
+		}
+		slices.SortFunc(p.sources, func(a, b reqidSource) int {
+			if a.reqid != b.reqid {
+				return cmp.Compare(a.reqid, b.reqid)
+			}
+			return a.prefix.Addr().Compare(b.prefix.Addr())
+		})
+		match := p.reqids
+		if len(match) == 0 {
+			match = []uint32{model.NoReqid} // no SA: the rules match nothing
+		}
+		p.tunnelIn, p.tunnelOut = reqidMatch("in", match), reqidMatch("out", match)
 	} else {
 		q := strconv.Quote(o.TunnelInterface)
 		p.tunnelIn, p.tunnelOut = "iifname "+q, "oifname "+q
@@ -373,6 +461,19 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 		p.clients = slices.Clone(g.ReverseClients)
 		slices.SortFunc(p.clients, netip.Addr.Compare)
 		p.clients = slices.Compact(p.clients)
+		var ranges []netip.Prefix
+		for _, r := range g.Routes {
+			if err := checkPrefix("ClusterLink "+commentName(r.Link)+" range", r.CIDR); err != nil {
+				return nil, err
+			}
+			if !slices.Contains(g.InternalSourceCIDRs, r.CIDR) {
+				return nil, fmt.Errorf("ClusterLink %q range %s is not an internal source CIDR", commentName(r.Link), r.CIDR)
+			}
+			ranges = append(ranges, r.CIDR)
+		}
+		if len(ranges) > 0 {
+			p.clientRanges = coverPrefixes(ranges)
+		}
 		gwPorts := make(map[uint16]string)
 		for _, r := range g.ReverseExposures {
 			if r.Grantee == "" {
@@ -441,12 +542,12 @@ func checkPort(what string, p model.Port, reverse bool) error {
 
 // elements is how many set and map elements the ruleset holds.
 func (p *plan) elements() int {
-	n := 2*len(p.peerIn) + len(p.forward)
+	n := 2*len(p.peerIn) + len(p.forward) + len(p.sources)
 	for _, f := range p.forward {
 		n += len(f.grants)
 	}
-	if len(p.clients) > 0 && len(p.reverse) > 0 {
-		n += len(p.clients) + 2*len(p.reverse)
+	if p.hasClients() && len(p.reverse) > 0 {
+		n += len(p.clientElements()) + 3*len(p.reverse) // rev_dnat, its keys, rev_snat
 	}
 	return n
 }
@@ -480,6 +581,10 @@ func (p *plan) write() string {
 	counter(CounterUnknownIn)
 	w("\t# Dropped otherwise (forwarded, neither from the tunnel nor toward a peer).\n")
 	counter(CounterOther)
+	if p.kernelESP() {
+		w("\t# Dropped from the tunnel with a source its SA's peer does not carry (kernel ESP).\n")
+		counter(CounterSpoofed)
+	}
 	w("\n")
 
 	// Peer subnet -> counter maps (overlaps resolved: authorized peer, then the longest prefix).
@@ -496,6 +601,18 @@ func (p *plan) write() string {
 		elems := make([]string, len(p.peerIn))
 		for i, e := range p.peerIn {
 			elems[i] = e.prefix.String() + ` : "` + dir.pick(p.peerCounters[e.owner]) + `"`
+		}
+		writeElements(&b, nil, elems)
+		w("\t}\n\n")
+	}
+
+	if p.kernelESP() {
+		w("\t# Kernel ESP: (reqid . source) of every peer's subnets; a packet an SA of the gateway\n")
+		w("\t# decrypted is let in only when its source is one its own peer carries.\n")
+		w("\tset tunnel_sources {\n\t\ttypeof ipsec in reqid . ip saddr\n\t\tflags interval\n")
+		elems := make([]string, len(p.sources))
+		for i, s := range p.sources {
+			elems[i] = fmt.Sprintf("%d . %s", s.reqid, s.prefix)
 		}
 		writeElements(&b, nil, elems)
 		w("\t}\n\n")
@@ -532,15 +649,15 @@ func (p *plan) write() string {
 	writeElements(&b, notes, elems)
 	w("\t}\n")
 
-	reverse := len(p.clients) > 0 && len(p.reverse) > 0
+	reverse := p.hasClients() && len(p.reverse) > 0
 	if reverse {
 		w("\n\t# Reverse exposures: the pods that may reach them (the gateway's tenant), inside internalSourceCIDRs.\n")
 		w("\tset reverse_clients {\n\t\ttype ipv4_addr\n")
-		elems = nil
-		for _, a := range p.clients {
-			elems = append(elems, a.String())
+		if len(p.clientRanges) > 0 {
+			w("\t\t# and the ranges of the ready ClusterLinks (service clusters' workloads)\n")
+			w("\t\tflags interval\n")
 		}
-		writeElements(&b, nil, elems)
+		writeElements(&b, nil, p.clientElements())
 		w("\t}\n\n")
 		w("\t# Reverse exposures: (protocol . gateway port) -> (target in the grantee's subnets . port).\n")
 		w("\tmap rev_dnat {\n\t\ttype inet_proto . inet_service : ipv4_addr . inet_service\n")
@@ -553,6 +670,8 @@ func (p *plan) write() string {
 		}
 		writeElements(&b, notes, elems)
 		w("\t}\n\n")
+		keySet(&b, "rev_ports", "inet_proto . inet_service", "rev_dnat", elems)
+		w("\n")
 		w("\t# Reverse exposures: gateway port -> the exposure's virtual IP (the tunnel's source).\n")
 		w("\tmap rev_snat {\n\t\ttype inet_service : ipv4_addr\n")
 		elems = nil
@@ -572,6 +691,8 @@ func (p *plan) write() string {
 			}
 			writeElements(&b, nil, elems)
 			w("\t}\n\n")
+			keySet(&b, "rev_svc_keys", "ipv4_addr . inet_proto . inet_service", "rev_svc_dnat", elems)
+			w("\n")
 			w("\t# Reverse exposures on the node: (Service IP . port) -> the exposure's virtual IP.\n")
 			w("\tmap rev_svc_snat {\n\t\ttype ipv4_addr . inet_service : ipv4_addr\n")
 			elems = nil
@@ -581,17 +702,28 @@ func (p *plan) write() string {
 				}
 			}
 			writeElements(&b, nil, elems)
-			w("\t}\n")
+			w("\t}\n\n")
+			keySet(&b, "rev_svc_snat_keys", "ipv4_addr . inet_service", "rev_svc_snat", elems)
 		}
 	}
 
 	// Chains.
+	if p.kernelESP() {
+		w("\n\t# Kernel ESP: grants are bound to the SA a packet came through. A source in another\n")
+		w("\t# peer's subnets (or in none) is dropped before anything else sees the packet, so every\n")
+		w("\t# later match of a source subnet also matches the SA (reqid) of the peer owning it.\n")
+		w("\tchain tunnel_source {\n\t\ttype filter hook prerouting priority -160; policy accept;\n")
+		w("\t\t%s ipsec in reqid . ip saddr != @tunnel_sources counter name %q drop\n", p.tunnelIn, CounterSpoofed)
+		w("\t}\n")
+	}
 	if p.serviceKeyed() {
 		w("\n\t# A client on the gateway's own node reaches a reverse exposure's Service here, before\n")
 		w("\t# kube-proxy (priority dstnat) would translate it to the node's address, where no second\n")
 		w("\t# translation into the tunnel can happen.\n")
 		w("\tchain reverse_service {\n\t\ttype nat hook prerouting priority -110; policy accept;\n")
-		w("\t\t%s ip saddr @reverse_clients ip daddr . meta l4proto . th dport @rev_svc_dnat ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @rev_svc_dnat\n", p.notFromTunnel(), MarkReverse)
+		match, ret := p.notFromTunnel()
+		b.WriteString(ret)
+		w("\t\t%sip saddr @reverse_clients ip daddr . meta l4proto . th dport @rev_svc_keys ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @rev_svc_dnat\n", match, MarkReverse)
 		w("\t}\n")
 	}
 	w("\n\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n")
@@ -601,11 +733,13 @@ func (p *plan) write() string {
 		// In a pod the clients arrive on its cluster interface; on the node they arrive on the
 		// CNI's bridge or veths (any device but the tunnel's), sent by kube-proxy to the node's
 		// address and the gateway's port.
-		from := "iifname " + p.cluster
+		from := "iifname " + p.cluster + " "
 		if p.sharedNetns {
-			from = p.notFromTunnel()
+			var ret string
+			from, ret = p.notFromTunnel()
+			b.WriteString(ret)
 		}
-		w("\t\t%s fib daddr type local ip saddr @reverse_clients meta l4proto . th dport @rev_dnat ct mark set 0x%08x dnat ip to meta l4proto . th dport map @rev_dnat\n", from, MarkReverse)
+		w("\t\t%sfib daddr type local ip saddr @reverse_clients meta l4proto . th dport @rev_ports ct mark set 0x%08x dnat ip to meta l4proto . th dport map @rev_dnat\n", from, MarkReverse)
 	}
 	w("\t}\n\n")
 
@@ -628,7 +762,7 @@ func (p *plan) write() string {
 	if reverse {
 		w("\t\t# Reverse flows enter the tunnel from the exposure's virtual IP (inside the service CIDR).\n")
 		if p.serviceKeyed() {
-			w("\t\tmeta l4proto { tcp, udp } ct mark 0x%08x ct original ip daddr . ct original proto-dst @rev_svc_snat snat ip to ct original ip daddr . ct original proto-dst map @rev_svc_snat\n", MarkReverse)
+			w("\t\tmeta l4proto { tcp, udp } ct mark 0x%08x ct original ip daddr . ct original proto-dst @rev_svc_snat_keys snat ip to ct original ip daddr . ct original proto-dst map @rev_svc_snat\n", MarkReverse)
 		}
 		w("\t\tmeta l4proto { tcp, udp } ct mark 0x%08x snat ip to ct original proto-dst map @rev_snat\n", MarkReverse)
 	}
@@ -682,6 +816,19 @@ func (p *plan) write() string {
 	w("\t}\n")
 	w("}\n")
 	return b.String()
+}
+
+// keySet writes a set holding the keys of a map's elements ("key : value"), for the rules
+// that test membership before they translate: Linux 6.1 refuses (EINVAL) a lookup in a named
+// map that does not use its value (allowed from later kernels on), so such a test needs a set.
+func keySet(b *strings.Builder, name, typ, of string, mapElems []string) {
+	keys := make([]string, len(mapElems))
+	for i, e := range mapElems {
+		keys[i], _, _ = strings.Cut(e, " : ")
+	}
+	fmt.Fprintf(b, "\t# The keys of %s (membership tests; see keySet).\n\tset %s {\n\t\ttype %s\n", of, name, typ)
+	writeElements(b, nil, keys)
+	b.WriteString("\t}\n")
 }
 
 // nameList lists up to 8 names, then how many more there are.

@@ -349,7 +349,7 @@ func TestLargeRuleset(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns.MustRun("nft", "-f", path)
-	checkLoaded(t, g, ns.MustRun("nft", "-j", "list", "table", Family, Table))
+	checkLoaded(t, g, false, ns.MustRun("nft", "-j", "list", "table", Family, Table))
 }
 
 func TestCounterStart(t *testing.T) {

@@ -51,6 +51,7 @@ func ipsecPeer(name, address, id string, d model.Decision, subnets ...string) mo
 			ESPProposals:  []string{"aes256gcm16-ecp256", "aes256-sha256-modp2048"},
 			RekeyTime:     time.Hour,
 			PSK:           model.SecretKeyRef{Name: name + "-psk", Key: "psk"},
+			Reqid:         model.PeerReqid("tenant-a", "fixture", name),
 		},
 	}
 }
@@ -116,9 +117,9 @@ func cases() []testCase {
 
 	return []testCase{
 		{name: "single-peer-default-allow", gw: single},
-		{name: "multi-peer-mixed-grants", gw: multi},
+		{name: "multi-peer-mixed-grants", gw: multi, opts: Options{Reqids: true}},
 		{name: "any-address-dn-id", gw: anyAddr},
-		{name: "ikev1-two-subnets-encap", gw: v1, opts: Options{ForceEncap: true}},
+		{name: "ikev1-two-subnets-encap", gw: v1, opts: Options{ForceEncap: true, Reqids: true}},
 		{name: "no-peers", gw: none},
 	}
 }

@@ -157,6 +157,13 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 		}
 
 		start, dpd, closeAction := actionsFor(ip.RemoteAddress, ike.DPDAction)
+		var reqid string
+		if opts.Reqids {
+			if err := model.ReqidError(p); err != nil {
+				return nil, &FieldError{Field: pf + ".ipsec.reqid", Err: err}
+			}
+			reqid = strconv.FormatUint(uint64(ip.Reqid), 10)
+		}
 		child := func(ts []string) Child {
 			return Child{
 				Mode:         "tunnel",
@@ -167,6 +174,7 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 				StartAction:  start,
 				DPDAction:    dpd,
 				CloseAction:  closeAction,
+				Reqid:        reqid,
 			}
 		}
 		children := map[string]Child{}

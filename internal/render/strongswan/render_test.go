@@ -354,3 +354,49 @@ func TestOneSourceOneTunnel(t *testing.T) {
 		t.Errorf("shared remote ID: %v", err)
 	}
 }
+
+// Kernel ESP (Options.Reqids): every child of a peer carries the peer's reqid from the model,
+// the same on every render; kernel-libipsec (no Reqids): no child has one. A peer without a
+// reqid cannot be rendered for kernel ESP.
+func TestReqidsInKernelModeOnly(t *testing.T) {
+	for _, tc := range cases() {
+		for _, reqids := range []bool{true, false} {
+			opts := tc.opts
+			opts.Reqids = reqids
+			cfg, conf := render(t, tc.gw, opts)
+			_, again := render(t, tc.gw, opts)
+			if conf != again {
+				t.Errorf("%s: two renders differ", tc.name)
+			}
+			byPeer := map[string]model.Peer{}
+			for _, p := range tc.gw.Peers {
+				byPeer[p.Name] = p
+			}
+			for _, c := range cfg.Connections {
+				want := ""
+				if reqids {
+					want = fmt.Sprint(byPeer[c.Peer].IPsec.Reqid)
+				}
+				for n, ch := range c.IKE.Children {
+					if ch.Reqid != want {
+						t.Errorf("%s (reqids %v): child %s has reqid %q, want %q", tc.name, reqids, n, ch.Reqid, want)
+					}
+					if reqids && !strings.Contains(conf, "reqid = \""+want+"\"\n") {
+						t.Errorf("%s: swanctl.conf has no line reqid = %q", tc.name, want)
+					}
+				}
+				if reqids && len(c.IKE.Children) > 0 {
+					t.Logf("%s: peer %s -> reqid %s", tc.name, c.Peer, want)
+				}
+			}
+			if !reqids && strings.Contains(conf, "reqid") {
+				t.Errorf("%s: userspace rendering mentions a reqid:\n%s", tc.name, conf)
+			}
+		}
+	}
+	gw := cases()[0].gw
+	gw.Peers[0].IPsec.Reqid = 0
+	if _, err := Render(gw, Options{Reqids: true}); err == nil || !strings.Contains(err.Error(), "reqid") {
+		t.Errorf("a peer without a reqid rendered for kernel ESP: %v", err)
+	}
+}

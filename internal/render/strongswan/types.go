@@ -78,6 +78,9 @@ type Child struct {
 	StartAction  string   `vici:"start_action" json:"start_action,omitempty"`
 	DPDAction    string   `vici:"dpd_action" json:"dpd_action,omitempty"`
 	CloseAction  string   `vici:"close_action" json:"close_action,omitempty"`
+	// Reqid is the fixed reqid of the CHILD_SA's kernel SAs and policies (decimal; kernel ESP
+	// only, Options.Reqids): the ruleset grants by it. Empty lets charon allocate one.
+	Reqid string `vici:"reqid" json:"reqid,omitempty"`
 }
 
 // ChildNames returns the connection's child names, sorted.
@@ -165,4 +168,8 @@ type Options struct {
 	// that drop raw ESP. Off by default; NAT detection turns encapsulation on by itself (e.g.
 	// behind an OpenStack floating IP), and kernel-libipsec always encapsulates.
 	ForceEncap bool
+	// Reqids installs each peer's CHILD_SAs with the peer's reqid from the model (kernel ESP:
+	// the ruleset's `ipsec in reqid` matches bind grants to it). Off for kernel-libipsec, whose
+	// decrypted packets leave a TUN device without an IPsec path the ruleset could match.
+	Reqids bool
 }
