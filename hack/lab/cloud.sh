@@ -4,6 +4,7 @@
 # Multus' dispatch of NetworkAttachmentDefinitions (labcloud.Attacher.Dispatch). Multus itself
 # is not run (it cannot be had here).
 cloud_cni_bin() {
+  [ -x /usr/lib/cni/macvlan ] || { log "needs Debian's containernetworking-plugins in /usr/lib/cni (hack/install-test-deps.sh)"; return 1; }
   mkdir -p "$CNI_BIN" "$CLOUD_DIR"
   for p in /usr/lib/cni/*; do ln -sf "$p" "$CNI_BIN/"; done
   (cd "$root" && go build -o "$CNI_BIN/lab-cloud" ./cmd/lab-cloud)

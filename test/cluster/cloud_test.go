@@ -376,7 +376,7 @@ func test12CloudGateway(t *testing.T) {
 		t.Fatalf("terminating the site's IKE SA: %v %s", err, out)
 	}
 	child, _ := os.ReadFile(filepath.Join(L.state, "sites", cloudSite, "child"))
-	out, err := L.swanctl(cloudSite, "--initiate", "--child", strings.TrimSpace(string(child)), "--timeout", "10")
+	out, err := L.swanctl(cloudSite, "--initiate", "--child", strings.TrimSpace(string(child)), "--timeout", "5")
 	if err == nil {
 		t.Fatalf("without UDP 500/4500 in the group the site still negotiated (%.1fs after the removal):\n%s", time.Since(removed).Seconds(), out)
 	}
