@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
 	"github.com/bnerd/bnerd-vpn-operator/internal/manifests"
@@ -143,6 +145,27 @@ func TestChartRendersTheKustomizeInstall(t *testing.T) {
 	expectSame(t, render(t), config)
 }
 
+// The kustomize install with OpenStack endpoints (config/openstack, built by kustomize itself:
+// it patches config/default) is what the chart renders with openstack.enabled=true: the same
+// flags and the clouds.yaml Secret mounted the same way.
+func TestChartOpenStackIsConfigOpenStack(t *testing.T) {
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(testenv.RepoRoot(), "config", "openstack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := res.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	config, err := manifests.Decode(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config = slices.DeleteFunc(config, func(u *unstructured.Unstructured) bool { return u.GetKind() == "Namespace" })
+	expectSame(t, render(t, "openstack.enabled=true", "openstack.cloudsSecret=openstack-clouds",
+		"openstack.networkID=REPLACE-WITH-THE-PROVIDER-NETWORK-ID"), config)
+}
+
 // The optional monitoring objects are those of config/prometheus (and the dashboard of
 // config/grafana), in the release's namespace.
 func TestChartMonitoringIsConfigPrometheus(t *testing.T) {
@@ -205,7 +228,7 @@ func TestChartValuesBecomeFlags(t *testing.T) {
 		"network.allowedTargetCIDRs={10.96.0.0/12}", "network.hostNetworkNamespaceSelector=tier=edge",
 		"network.serviceCIDRPool=100.80.0.0/16",
 		"operator.leaderElection.leaseDuration=40s", "operator.extraArgs={--concurrency=8}",
-		"openstack.enabled=true", "openstack.cloudsSecret=os-creds", "openstack.networkID=net-1",
+		"openstack.enabled=true", "openstack.cloudsSecret=os-creds", "openstack.networkID=net-1", "openstack.resync=90s",
 	))
 	for _, want := range []string{
 		"--leader-elect", "--leader-elect-lease-duration=40s", "--service-cidr-pool=100.80.0.0/16",
@@ -214,7 +237,7 @@ func TestChartValuesBecomeFlags(t *testing.T) {
 		"--internal-source-cidrs=10.244.0.0/16,10.245.0.0/16", "--cluster-pod-cidrs=10.244.0.0/16",
 		"--cluster-service-cidrs=10.96.0.0/12", "--node-cidrs=192.0.2.0/24", "--allowed-target-cidrs=10.96.0.0/12",
 		"--host-network-namespace-selector=tier=edge", "--concurrency=8",
-		"--openstack-clouds-yaml=/etc/openstack/clouds.yaml", "--openstack-network-id=net-1",
+		"--openstack-clouds-yaml=/etc/openstack/clouds.yaml", "--openstack-network-id=net-1", "--openstack-resync=90s",
 	} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
@@ -257,6 +280,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"operator.extraArgs={rm -rf}", "'/operator/extraArgs/0'"},
 		{"operator.replica=2", "replica"},
 		{"openstack.enabled=true", "openstack"},
+		{"openstack.resync=often", "'/openstack/resync'"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			out, err := helm(t, "template", "bnerd-vpn-operator", chart, "--namespace", namespace, "--kube-version", kubeVersion, "--set", tc.set)
@@ -270,12 +294,14 @@ func TestChartRefusesBadValues(t *testing.T) {
 	}
 }
 
-// The lab installs with hack/lab/values.yaml: its images and the settings of its address plan.
+// The lab installs with hack/lab/values.yaml: its images, the settings of its address plan and
+// OpenStack endpoints against its cloud (lab.sh sets the network ID lab-cloud printed).
 func TestChartLabValues(t *testing.T) {
-	objs := renderWith(t, "--values", filepath.Join(testenv.RepoRoot(), "hack", "lab", "values.yaml"))
+	objs := renderWith(t, "--values", filepath.Join(testenv.RepoRoot(), "hack", "lab", "values.yaml"), "--set", "openstack.networkID=lab-provider")
 	args := operatorArgs(t, objs)
 	for _, want := range []string{"--agent-image=bnerd-vpn-gateway:lab", "--image-pull-policy=Never", "--userspace-dataplane",
-		"--internal-source-cidrs=100.96.0.0/24", "--cluster-pod-cidrs=100.96.0.0/24"} {
+		"--internal-source-cidrs=100.96.0.0/24", "--cluster-pod-cidrs=100.96.0.0/24",
+		"--openstack-clouds-yaml=/etc/openstack/clouds.yaml", "--openstack-cloud=lab", "--openstack-network-id=lab-provider", "--openstack-nad-master=lab-cprov", "--openstack-resync=15s"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}

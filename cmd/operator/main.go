@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -41,6 +42,7 @@ func command() *cobra.Command {
 		pullPolicy                                        string
 		osYAML, osCloud, osNetwork, osSubnet, osNADMaster string
 		osNADTemplate                                     string
+		osResync                                          time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:           "operator",
@@ -85,7 +87,7 @@ func command() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("--openstack-clouds-yaml: %w", err)
 				}
-				p, err := openstack.NewFromCloudsYAML(raw, osCloud, openstack.Config{NetworkID: osNetwork, SubnetID: osSubnet, NADMaster: osNADMaster, NADConfigTemplate: osNADTemplate})
+				p, err := openstack.NewFromCloudsYAML(raw, osCloud, openstack.Config{NetworkID: osNetwork, SubnetID: osSubnet, NADMaster: osNADMaster, NADConfigTemplate: osNADTemplate, CacheTTL: osResync})
 				if err != nil {
 					return fmt.Errorf("OpenStack endpoint provider: %w", err)
 				}
@@ -127,6 +129,7 @@ func command() *cobra.Command {
 	f.StringVar(&osNetwork, "openstack-network-id", "", "Neutron network the gateways' ports are created on")
 	f.StringVar(&osSubnet, "openstack-subnet-id", "", "subnet of that network for the ports' addresses (optional)")
 	f.StringVar(&osNADMaster, "openstack-nad-master", "eth1", "node interface the Multus attachment of a gateway port uses")
+	f.DurationVar(&osResync, "openstack-resync", openstack.DefaultCacheTTL, "how often a ready OpenStack endpoint is checked against the cloud again (what was changed there — a security-group rule removed, the floating IP disassociated — is repaired then; Neutron is not asked more often for an unchanged gateway)")
 	f.StringVar(&osNADTemplate, "openstack-nad-config-template", "", "text/template of the CNI config of a gateway port's NetworkAttachmentDefinition (empty: macvlan on --openstack-nad-master with the port's MAC and a static address; e.g. host-device when the port is attached to the node as its own NIC)")
 	f.Float32Var(&qps, "kube-api-qps", 200, "API requests per second")
 	f.IntVar(&burst, "kube-api-burst", 400, "API request burst")

@@ -29,6 +29,7 @@ stop() { # stop <name>: SIGTERM then SIGKILL the recorded pid (and its process g
 
 if [ -f "$S/pids" ]; then
   stop kube-router   # first: it would re-create its rules
+  stop lab-cloud
   stop kubelet
   stop kube-proxy
   # containers: stop the CRI's pod sandboxes via ctr (tasks), then containerd
@@ -98,6 +99,7 @@ for ns in $(ip netns list 2>/dev/null | awk '/^cni-/ {print $1}'); do
   grep -qx "$ns" "$S/netns-before" 2>/dev/null || ip netns del "$ns" 2>/dev/null
 done
 ip link del "$BRIDGE" 2>/dev/null
+cloud_down   # the cloud's router namespace and links (hack/lab/cloud.sh)
 
 # cgroups: remove our cgroupRoot in every hierarchy, deepest first
 for h in /sys/fs/cgroup/*/; do

@@ -36,6 +36,7 @@ if [ -f "$S/pids" ] && grep -q . "$S/pids"; then log "a lab is already up (state
 mkdir -p "$S"/{pki,etcd,logs,containerd,cni/net.d,cni/ipam,kubelet,kubelet-certs,kubelet-plugins,manifests}
 : >"$S/pids"; : >"$S/created"
 ip netns list 2>/dev/null | awk '{print $1}' >"$S/netns-before"
+cloud_cni_bin   # containerd's CNI bin dir, lab-cloud in it (hack/lab/cloud.sh)
 nft list tables >"$S/nft-tables-before"   # kubelet adds iptables-nft tables (KUBE-* chains)
 ip rule list | grep -q 'lookup 220' && echo 220 >"$S/rule220-before"   # strongSwan's routing table
 
@@ -106,6 +107,9 @@ start() { # start <name> <cmd...>: background, log to $S/logs/<name>.log, pid re
   echo "$n $!" >>"$S/pids"
 }
 
+# --- the lab's cloud: lab-cloud (Neutron/Keystone, the router namespace) -------------------------
+cloud_up
+
 # --- etcd, control plane ------------------------------------------------------------------------
 start etcd etcd --name lab --data-dir "$S/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
   --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" --listen-peer-urls http://127.0.0.1:23800 \
@@ -120,6 +124,8 @@ start kube-apiserver "$K/kube" kube-apiserver --etcd-servers "http://127.0.0.1:$
   --service-cluster-ip-range "$SERVICE_CIDR" --authorization-mode Node,RBAC --allow-privileged=true \
   --enable-admission-plugins NodeRestriction --profiling=false --kubelet-preferred-address-types InternalIP,Hostname
 wait_for kube-apiserver 60 kubectl get --raw /readyz
+# the NetworkAttachmentDefinition CRD (what Multus ships), for the gateways' net1
+"$CNI_BIN/lab-cloud" install-nad-crd --kubeconfig "$S/pki/admin.kubeconfig"
 start kube-controller-manager "$K/kube-controller-manager" --kubeconfig "$pki/controller-manager.kubeconfig" \
   --authentication-kubeconfig "$pki/controller-manager.kubeconfig" --authorization-kubeconfig "$pki/controller-manager.kubeconfig" \
   --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" --use-service-account-credentials \
@@ -153,14 +159,15 @@ state = "$S/containerd/state"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = "$CNI_BIN"
     conf_dir = "$S/cni/net.d"
 TOML
 cat >"$S/cni/net.d/10-bnerd-lab.conflist" <<JSON
 {"cniVersion":"0.4.0","name":"bnerd-lab","plugins":[
  {"type":"bridge","bridge":"$BRIDGE","isGateway":true,"ipMasq":false,"hairpinMode":true,
   "ipam":{"type":"host-local","ranges":[[{"subnet":"$POD_CIDR"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"$S/cni/ipam"}},
- {"type":"portmap","capabilities":{"portMappings":true}}]}
+ {"type":"portmap","capabilities":{"portMappings":true}},
+ $(cloud_conflist_plugin)]}
 JSON
 # pods reach beyond the node masqueraded (our own nft table; removed at down)
 nft -f - <<NFT

@@ -56,6 +56,24 @@ site_netns() {
   ip -n "$ns" route add default via "$(site_link_host "$i")"
   ip -n "$ns" addr add "$(site_host "$i")/32" dev lo
 }
+# site_charon <name> <netns>: the IPsec site's daemon — charon-systemd (kernel-libipsec) in
+# <netns> with $S/sites/<name>/swanctl/swanctl.conf loaded (site.sh writes it from peer-config;
+# the e2e's cutover site and "VM" bring their own). The image's strongswan.conf, with its own
+# socket and quick IKE retransmits (a restarted gateway is found again within seconds, not
+# minutes), and without the gateway's fwmark (a site's own traffic takes its routes into the
+# tunnel unmarked).
+site_charon() {
+  local n=$1 ns=$2 d="$S/sites/$1"
+  for sub in x509 x509ca x509ocsp x509aa x509ac x509crl pubkey private rsa ecdsa bliss pkcs8 pkcs12; do mkdir -p "$d/swanctl/$sub"; done
+  sed -e "s#/run/strongswan/charon.vici#$d/charon.vici#" \
+      -e "/^ *fwmark = /d" \
+      -e "s#^  install_routes = yes#  install_routes = yes\n  retransmit_timeout = 1\n  retransmit_base = 1.2\n  retransmit_tries = 3#" \
+      "$root/hack/lab/image/strongswan.conf" >"$d/strongswan.conf"
+  STRONGSWAN_CONF="$d/strongswan.conf" setsid ip netns exec "$ns" /usr/sbin/charon-systemd >"$S/logs/site-$n.log" 2>&1 </dev/null &
+  echo "site-$n $!" >>"$S/pids"
+  wait_for "charon of site $n" 20 test -S "$d/charon.vici"
+  STRONGSWAN_CONF="$d/strongswan.conf" swanctl --load-all --file "$d/swanctl/swanctl.conf" >/dev/null
+}
 # The "service cluster": a second cluster plumbed into the transit fabric, played by a network
 # namespace behind the node (lab-site-svc, so cluster-down.sh removes it with the sites; its
 # uplink lab-s50, 198.51.100.200/30, and the node's route to its range go with the veth). Its
@@ -75,6 +93,24 @@ site_wireguard_key() {
   [ -f "$d/private.key" ] || (umask 077; wg genkey >"$d/private.key")
   wg pubkey <"$d/private.key"
 }
+# The lab's cloud (hack/lab/cloud.sh, lab-cloud): the in-repo Neutron/Keystone on the node's
+# address and its L3 agent programming the router namespace $CLOUD_NS, which sits between the
+# node (client link: the sites reach the floating IPs through the node, which routes them to the
+# router) and the provider network (the router's provider link; its node end $CLOUD_PROVIDER_LINK
+# is the NAD master the gateways' net1 and the "VM" hang off as macvlans). CGNAT ranges of its
+# own: provider network 100.100.0.0/24 (router .1), floating IPs 100.101.0.0/24, client link
+# 100.102.0.0/30.
+CLOUD_NS=lab-cloud
+CLOUD_PROVIDER_LINK=lab-cprov
+CLOUD_CLIENT_LINK=lab-cclient
+CLOUD_CLIENT_NODE=100.102.0.1
+CLOUD_CLIENT_ROUTER=100.102.0.2
+CLOUD_PROVIDER_CIDR=100.100.0.0/24
+CLOUD_FIP_CIDR=100.101.0.0/24
+CLOUD_API_PORT=9696
+CLOUD_ADMIN=127.0.0.1:9697
+CLOUD_DIR=$S/cloud                          # clouds.yaml (0600) and networks.json
+CNI_BIN=$S/cni/bin                          # containerd's CNI bin dir: Debian's plugins + lab-cloud
 # sysctls the cluster (kubelet, CNI, kube-proxy) and the lab change; recorded at up, restored at down.
 SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops net.ipv4.ip_forward net.ipv4.conf.all.route_localnet net.ipv4.conf.all.forwarding net.bridge.bridge-nf-call-iptables"
 # site_ensure <site>: like a client's device that keeps trying, initiate the site's tunnel when it
@@ -121,3 +157,4 @@ spec:
   authorization: {exposures: [$4]}
 YAML
 }
+source "$root/hack/lab/cloud.sh"           # the lab's cloud (lab-cloud): its functions

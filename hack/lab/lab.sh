@@ -21,8 +21,12 @@ log "installing the operator with Helm (charts/bnerd-vpn-operator; the lab's ima
 helm=$("$root/hack/helm.sh")
 kubectl create namespace bnerd-vpn-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl label namespace bnerd-vpn-system pod-security.kubernetes.io/enforce=restricted --overwrite >/dev/null
+# OpenStack endpoints against the lab's cloud (hack/lab/cloud.sh): its clouds.yaml in a Secret,
+# the provider network's ID as lab-cloud printed it (the rest of openstack.* is in values.yaml)
+kubectl -n bnerd-vpn-system create secret generic lab-openstack-clouds --from-file=clouds.yaml="$CLOUD_DIR/clouds.yaml" \
+  --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 "$helm" upgrade --install bnerd-vpn-operator "$root/charts/bnerd-vpn-operator" --namespace bnerd-vpn-system \
-  --values "$root/hack/lab/values.yaml" >/dev/null
+  --values "$root/hack/lab/values.yaml" --set "openstack.networkID=$(cloud_network provider_network_id)" >/dev/null
 kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
 kubectl -n bnerd-vpn-system rollout status deploy/bnerd-vpn-operator --timeout=120s >&2
 log "operator version: $(kubectl -n bnerd-vpn-system exec deploy/bnerd-vpn-operator -c operator -- /operator --version 2>&1 | tail -1)"

@@ -10,15 +10,8 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 n=$1 i=$2 d="$S/sites/$1" ns="lab-site-$1"
-for sub in x509 x509ca x509ocsp x509aa x509ac x509crl pubkey private rsa ecdsa bliss pkcs8 pkcs12; do mkdir -p "$d/swanctl/$sub"; done
 site_netns "$n" "$i"
-# the image's strongswan.conf, with its own socket and quick IKE retransmits (a restarted gateway
-# is found again within seconds, not minutes), and without the gateway's fwmark (a site's own
-# traffic takes its routes into the tunnel unmarked)
-sed -e "s#/run/strongswan/charon.vici#$d/charon.vici#" \
-    -e "/^ *fwmark = /d" \
-    -e "s#^  install_routes = yes#  install_routes = yes\n  retransmit_timeout = 1\n  retransmit_base = 1.2\n  retransmit_tries = 3#" \
-    "$root/hack/lab/image/strongswan.conf" >"$d/strongswan.conf"
+mkdir -p "$d/swanctl"
 (umask 077
  site_device_config "$n" strongswan |
    sed -e "s|^\( *\)# local_addrs = {{OUTSIDE_ADDRESS}}.*|\1local_addrs = $(site_link_site "$i")|" >"$d/swanctl/swanctl.conf")
@@ -28,7 +21,4 @@ fi
 if grep -v '^ *#' "$d/swanctl/swanctl.conf" | grep -q '{{'; then log "site $n: placeholders left in the generated configuration"; grep -v '^ *#' "$d/swanctl/swanctl.conf" | grep '{{' >&2; exit 1; fi
 # the child to initiate (site_ensure): the first one the generator named
 awk '/children *{/ {getline; print $1; exit}' "$d/swanctl/swanctl.conf" >"$d/child"
-STRONGSWAN_CONF="$d/strongswan.conf" setsid ip netns exec "$ns" /usr/sbin/charon-systemd >"$S/logs/site-$n.log" 2>&1 </dev/null &
-echo "site-$n $!" >>"$S/pids"
-wait_for "charon of site $n" 20 test -S "$d/charon.vici"
-STRONGSWAN_CONF="$d/strongswan.conf" swanctl --load-all --file "$d/swanctl/swanctl.conf" >/dev/null
+site_charon "$n" "$ns"

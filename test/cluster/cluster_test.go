@@ -10,7 +10,9 @@
 // 4f reverse exposures from their tenant, 4g the node's traffic untouched, 4h a ClusterLink to a
 // service cluster behind the node (clusterlink_test.go), 5 gateway pods deleted, 6 operator
 // restart, 7 agent logs, 8 no secret outside its Secret, 8b the fault suite (faults_test.go), 9
-// host-network gateway deleted, 10 status, 11 legacy IPsecGateway migrated.
+// host-network gateway deleted, 10 status, 11 legacy IPsecGateway migrated, 12 an OpenStack
+// gateway through its floating IP in the lab's cloud and 13 the VM cutover and the cloud's leak
+// table (cloud_test.go).
 //
 // Skipped unless BNERD_LAB=1 (make e2e-cluster) and the lab's kubeconfig exists. Runs as root.
 package cluster
@@ -95,6 +97,8 @@ func TestCluster(t *testing.T) {
 		{"9 host-network gateway deleted", test9GatewayDeleted},
 		{"10 status", test10Status},
 		{"11 legacy IPsecGateway migrated", test11LegacyMigrated},
+		{"12 OpenStack gateway through its floating IP", test12CloudGateway},
+		{"13 VM cutover and no leaks", test13Cutover},
 	}
 	for _, s := range steps {
 		t.Run(s.name, s.f)

@@ -365,6 +365,11 @@ func randomHex(n int) string {
 // index i (lab_ipsec_peer in common.sh, typed): its device's address and LAN from the index.
 // With exposures nil the peer has no authorization block; extraSubnets are added to its LAN.
 func (l *lab) ipsecPeer(name string, i int, psk string, exposures []string, extraSubnets ...string) error {
+	return l.ipsecPeerOf(ipsecGW, name, i, psk, exposures, extraSubnets...)
+}
+
+// ipsecPeerOf is ipsecPeer for the gateway gw.
+func (l *lab) ipsecPeerOf(gw, name string, i int, psk string, exposures []string, extraSubnets ...string) error {
 	c, cancel := ctx(30 * time.Second)
 	defer cancel()
 	sec := &corev1.Secret{
@@ -377,7 +382,7 @@ func (l *lab) ipsecPeer(name string, i int, psk string, exposures []string, extr
 	p := &vpnv1.VPNPeer{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: labNS},
 		Spec: vpnv1.VPNPeerSpec{
-			GatewayRef: ipsecGW,
+			GatewayRef: gw,
 			IPsec: &vpnv1.IPsecPeer{
 				Peer:          vpnv1.IPsecRemote{Address: siteLinkSite(i), ID: name + ".acme.example"},
 				RemoteSubnets: append([]string{siteLAN(i)}, extraSubnets...),

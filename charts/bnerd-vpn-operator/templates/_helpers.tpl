@@ -54,6 +54,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 - --openstack-subnet-id={{ . }}
 {{- end }}
 - --openstack-nad-master={{ $v.openstack.nadMaster }}
+{{- with $v.openstack.resync }}
+- --openstack-resync={{ . }}
+{{- end }}
 {{- with $v.openstack.nadConfigTemplate }}
 - {{ printf "--openstack-nad-config-template=%s" . | quote }}
 {{- end }}

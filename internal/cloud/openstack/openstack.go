@@ -98,7 +98,11 @@ type Config struct {
 	// port (a VM being migrated off); DefaultCutoverRetry when zero.
 	CutoverRetry time.Duration
 	// CacheTTL is how long a Ready result is returned for an unchanged request without
-	// asking Neutron; DefaultCacheTTL when zero, never cached when negative.
+	// asking Neutron; DefaultCacheTTL when zero, never cached when negative. It is also the
+	// resync period of a ready endpoint: a Ready result asks to be ensured again (RetryAfter)
+	// when its cache entry expires, so what someone changed in the cloud (a security-group
+	// rule removed, the floating IP disassociated) is repaired within CacheTTL although
+	// nothing in the cluster changed.
 	CacheTTL time.Duration
 	// AuthBackoff is how long rejected credentials are not tried again (every gateway's
 	// Ensure reports the same AuthFailed meanwhile); DefaultAuthBackoff when zero.
@@ -234,6 +238,9 @@ func (p *Provider) Ensure(ctx context.Context, req cloud.Request) (cloud.Result,
 		return cloud.Settle(err)
 	}
 	p.remember(req.UID, key, res)
+	if res.Ready && res.RetryAfter == 0 && p.cfg.CacheTTL > 0 {
+		res.RetryAfter = p.cfg.CacheTTL // the resync: checked against the cloud again then
+	}
 	return res, nil
 }
 
@@ -299,10 +306,16 @@ func (p *Provider) cached(uid types.UID, key string) (cloud.Result, bool) {
 	p.cacheMu.Lock()
 	defer p.cacheMu.Unlock()
 	e, ok := p.cache[uid]
-	if !ok || e.key != key || p.cfg.Now().Sub(e.at) > p.cfg.CacheTTL {
+	age := p.cfg.Now().Sub(e.at)
+	if !ok || e.key != key || age > p.cfg.CacheTTL {
 		return cloud.Result{}, false
 	}
-	return e.res, true
+	res := e.res
+	if res.RetryAfter == 0 {
+		// the resync: when the entry expires (a second at least, past its expiry)
+		res.RetryAfter = max(p.cfg.CacheTTL-age, 0) + time.Second
+	}
+	return res, true
 }
 
 func (p *Provider) remember(uid types.UID, key string, res cloud.Result) {

@@ -188,6 +188,30 @@ func TestCacheSkipsNeutron(t *testing.T) {
 	}
 }
 
+// A ready endpoint asks to be ensured again when its cache entry expires (the resync), and
+// that Ensure repairs what was changed in the cloud meanwhile: here its floating IP
+// disassociated by someone, with nothing in the cluster changed.
+func TestReadyEndpointResyncsWithTheCloud(t *testing.T) {
+	e := newEnv(t)
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := e.provider(t, func(c *openstack.Config) { c.CacheTTL = time.Minute; c.Now = func() time.Time { return now } })
+	req := poolRequest()
+	if res := ensureReady(t, e.ctx(), p, req); res.RetryAfter != time.Minute {
+		t.Errorf("a fresh Ready result asks to be ensured again after %s, want the cache TTL %s", res.RetryAfter, time.Minute)
+	}
+	now = now.Add(20 * time.Second)
+	if res := ensureReady(t, e.ctx(), p, req); res.RetryAfter != 41*time.Second {
+		t.Errorf("a cached Ready result asks to be ensured again after %s, want when its entry expires (41s)", res.RetryAfter)
+	}
+	_, _, fip := e.checkOne(t, req)
+	e.fake.DisassociateFloatingIP(fip.ID)
+	now = now.Add(41 * time.Second)
+	ensureReady(t, e.ctx(), p, req)
+	if _, port, fip := e.checkOne(t, req); fip.PortID == nil || *fip.PortID != port.ID {
+		t.Errorf("the resync left the floating IP %s off its port %s", fip.FloatingIPAddress, port.ID)
+	}
+}
+
 func TestSecurityGroupFollowsPeers(t *testing.T) {
 	e := newEnv(t)
 	ctx := e.ctx()
