@@ -47,7 +47,7 @@ func testAgentRestart(t *testing.T, proto vpnv1.Protocol, namespace string) {
 	for _, s := range []*labSite{a, b} {
 		waitFor(t, s.name+" Connected", 30*time.Second, func() error { _, err := peerConnected(l.k8sNS, s.name); return err })
 	}
-	rulesBefore, err := l.nftTable()
+	rulesBefore, err := l.nftState()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func testAgentRestart(t *testing.T, proto vpnv1.Protocol, namespace string) {
 	}
 
 	// No agent: the ruleset is still there, unchanged.
-	rulesDown, err := l.nftTable()
+	rulesDown, err := l.nftState()
 	if err != nil {
 		t.Fatalf("the ruleset went with the agent: %v", err)
 	}
@@ -155,7 +155,7 @@ func testAgentRestart(t *testing.T, proto vpnv1.Protocol, namespace string) {
 		}
 		return nil
 	})
-	rulesAfter, err := l.nftTable()
+	rulesAfter, err := l.nftState()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func TestRulesetDriftRepaired(t *testing.T) {
 	for _, s := range []*labSite{a, b} {
 		waitFor(t, s.name+" Connected", 60*time.Second, func() error { _, err := peerConnected(l.k8sNS, s.name); return err })
 	}
-	applied, err := l.nftTable()
+	applied, err := l.nftState()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ insert rule ip bnerd_vpn postrouting ip saddr %[1]s masquerade
 			if n := l.rulesetRepairs(); n <= repairs {
 				return fmt.Errorf("repairs counted: %v (agent: %s)", n, tail(agentProc.Output()))
 			}
-			got, err := l.nftTable()
+			got, err := l.nftState()
 			if err != nil {
 				return err
 			}

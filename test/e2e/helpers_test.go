@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/firewall"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/status"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
 	agentwg "github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
@@ -1115,4 +1116,14 @@ func (l *lab) nftTable() (string, error) {
 		return "", fmt.Errorf("nft list table: %v: %s", err, out)
 	}
 	return out, nil
+}
+
+// nftState is the gateway's table in the agent's canonical listing: equal for equal kernel
+// state, whether the table was loaded whole or grown by netlink deltas.
+func (l *lab) nftState() (string, error) {
+	out, err := l.nftTable()
+	if err != nil {
+		return "", err
+	}
+	return firewall.CanonicalListing(out), nil
 }

@@ -8,6 +8,13 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
 
+// CanonicalListing is normalizeListing's form as one text: two listings of the same kernel
+// state are equal in it, whatever order the kernel created their objects in (a table loaded
+// whole and one grown by deltas list their counters in different orders).
+func CanonicalListing(listing string) string {
+	return strings.Join(normalizeListing(listing), "\n")
+}
+
 // normalizeListing returns a stateless table listing (`nft -s list table`) in a form two
 // listings of the same kernel state always share: blank lines and trailing blanks dropped, and
 // each `elements = { ... }` block written one element a line, sorted — the kernel lists a hash
