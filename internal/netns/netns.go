@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // CommandTimeout bounds every command the harness runs in the foreground.
@@ -382,4 +386,41 @@ func (n *NS) OutputCounters(src string, ifaces ...string) func(iface string) int
 		}
 		return v
 	}
+}
+
+// Do runs f on an OS thread switched into the named network namespace (/run/netns/NAME), so
+// sockets f opens (netlink, UDP, TCP) belong to that namespace for their whole life. The
+// thread is switched back afterwards; if that fails it stays locked and ends with its goroutine.
+func Do(name string, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer unix.Close(orig)
+		target, err := unix.Open(filepath.Join("/run/netns", name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer unix.Close(target)
+		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		ferr := f()
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			errc <- errors.Join(ferr, err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
 }

@@ -6,59 +6,18 @@ package vmtest_test
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 )
-
-// inNetns runs f on an OS thread switched into the named network namespace; sockets f opens
-// stay in that namespace for their whole life.
-func inNetns(name string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer unix.Close(orig)
-		target, err := unix.Open(filepath.Join("/run/netns", name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer unix.Close(target)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		ferr := f()
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			errc <- errors.Join(ferr, err)
-			return // the thread stays locked and ends with this goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
 
 // echo serves a TCP echo (line by line) and a UDP echo on addr (host:port) inside ns until
 // cleanup; udpSeen counts the datagrams it answered.
@@ -69,7 +28,7 @@ func startEcho(t testing.TB, ns *netns.NS, addr string) *echo {
 	e := &echo{}
 	var l net.Listener
 	var pc net.PacketConn
-	if err := inNetns(ns.Name, func() error {
+	if err := netns.Do(ns.Name, func() error {
 		var err error
 		if l, err = net.Listen("tcp", addr); err != nil {
 			return err
@@ -125,7 +84,7 @@ func dialFrom(ns *netns.NS, network string, local netip.Addr, addr string, timeo
 		}
 	}
 	var c net.Conn
-	err := inNetns(ns.Name, func() error {
+	err := netns.Do(ns.Name, func() error {
 		var err error
 		c, err = d.Dial(network, addr)
 		return err

@@ -19,7 +19,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,7 +27,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,44 +50,6 @@ import (
 // ---------------------------------------------------------------------------------------------
 // Sockets inside a namespace, opened from the test process.
 
-// inNetns runs f on an OS thread switched into the named network namespace. A socket keeps
-// the namespace it was created in for its whole life, so what f opens can be used from any
-// goroutine afterwards. f runs on a goroutine of its own: should the thread fail to switch
-// back, it stays locked and ends with that goroutine instead of serving others.
-func inNetns(name string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("opening this thread's network namespace: %w", err)
-			return
-		}
-		defer unix.Close(orig)
-		target, err := unix.Open(filepath.Join("/run/netns", name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("opening network namespace %s: %w", name, err)
-			return
-		}
-		defer unix.Close(target)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("entering network namespace %s: %w", name, err)
-			return
-		}
-		ferr := f()
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("leaving network namespace %s: %w", name, err))
-			return // the thread stays locked and dies with this goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
 // dialIn dials addr from inside ns, from local (may be the zero Addr) on an ephemeral port.
 func dialIn(ns, network string, local netip.Addr, addr string, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
@@ -102,7 +62,7 @@ func dialIn(ns, network string, local netip.Addr, addr string, timeout time.Dura
 		}
 	}
 	var c net.Conn
-	err := inNetns(ns, func() error {
+	err := netns.Do(ns, func() error {
 		var err error
 		c, err = d.Dial(network, addr)
 		return err
@@ -117,7 +77,7 @@ func echoServers(tb testing.TB, ns string, addr netip.Addr, port int) {
 	ap := netip.AddrPortFrom(addr, uint16(port)).String()
 	var l net.Listener
 	var pc net.PacketConn
-	if err := inNetns(ns, func() error {
+	if err := netns.Do(ns, func() error {
 		var err error
 		if l, err = net.Listen("tcp", ap); err != nil {
 			return err
@@ -194,7 +154,7 @@ func startUDPStream(tb testing.TB, ns string, local netip.Addr, addr string, eve
 		tb.Fatal(err)
 	}
 	var c net.PacketConn
-	if err := inNetns(ns, func() error {
+	if err := netns.Do(ns, func() error {
 		var err error
 		c, err = net.ListenUDP("udp", &net.UDPAddr{IP: local.AsSlice()})
 		return err
@@ -534,7 +494,7 @@ func startBreachProbe(tb testing.TB, ns string, local netip.Addr, every time.Dur
 				tb.Fatal(err)
 			}
 			var c net.PacketConn
-			if err := inNetns(ns, func() error {
+			if err := netns.Do(ns, func() error {
 				var err error
 				c, err = net.ListenUDP("udp", &net.UDPAddr{IP: local.AsSlice()})
 				return err

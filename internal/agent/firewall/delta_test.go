@@ -120,7 +120,7 @@ func TestDeltaEqualsWholeLoad(t *testing.T) {
 	f := &Firewall{NFT: writeWrapper(t, gw.Name), NetNS: filepath.Join("/run/netns", gw.Name),
 		// As in the agent: Verify lists the table only when the generation moved.
 		Generation: func() (g uint32, err error) {
-			err = inNS(gw.Name, func() (err error) { g, err = KernelGeneration(); return err })
+			err = netns.Do(gw.Name, func() (err error) { g, err = KernelGeneration(); return err })
 			return g, err
 		}}
 	ctx := context.Background()

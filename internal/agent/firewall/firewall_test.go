@@ -2,15 +2,11 @@ package firewall
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
@@ -140,7 +136,7 @@ func TestVerifyRepairsDrift(t *testing.T) {
 			ns.MustRun("ip", "addr", "add", "192.0.2.1/32", "dev", "lo")
 			gen := func() (uint32, error) {
 				var g uint32
-				err := inNS(ns.Name, func() (err error) { g, err = KernelGeneration(); return err })
+				err := netns.Do(ns.Name, func() (err error) { g, err = KernelGeneration(); return err })
 				return g, err
 			}
 			f := &Firewall{NFT: writeWrapper(t, ns.Name)}
@@ -288,40 +284,4 @@ func ruleHandle(t *testing.T, ns *netns.NS, chain, rule string) string {
 	}
 	t.Fatalf("no rule %q in chain %s", rule, chain)
 	return ""
-}
-
-// inNS runs f on an OS thread switched into the named network namespace (see the e2e tests'
-// inNetns): netlink sockets opened by f belong to that namespace.
-func inNS(name string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer unix.Close(orig)
-		target, err := unix.Open(filepath.Join("/run/netns", name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer unix.Close(target)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		ferr := f()
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			errc <- errors.Join(ferr, err)
-			return // the thread stays locked and dies with this goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
 }

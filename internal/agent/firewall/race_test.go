@@ -56,7 +56,7 @@ func TestPacketsDuringDeltas(t *testing.T) {
 
 	// The backend's socket, opened in its namespace; what it receives, by sender.
 	var listener *net.UDPConn
-	if err := inNS(backend.Name, func() (err error) {
+	if err := netns.Do(backend.Name, func() (err error) {
 		listener, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 443})
 		return err
 	}); err != nil {
@@ -106,7 +106,7 @@ func TestPacketsDuringDeltas(t *testing.T) {
 	}
 
 	// The path works before anything changes (neighbours resolved).
-	if err := inNS(peers.Name, func() error { return send("warm", "203.0.113.2", 0) }); err != nil {
+	if err := netns.Do(peers.Name, func() error { return send("warm", "203.0.113.2", 0) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := netns.Eventually(5*time.Second, func() error {
@@ -141,7 +141,7 @@ func TestPacketsDuringDeltas(t *testing.T) {
 	}()
 	sent := map[string]int{}
 	var changeErr error
-	if err := inNS(peers.Name, func() error {
+	if err := netns.Do(peers.Name, func() error {
 		for finished := false; !finished || sent["a"] < 200; {
 			select {
 			case changeErr = <-done:
