@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
@@ -19,16 +18,7 @@ func TestLocalAddressReplacesStaleGatewayAddresses(t *testing.T) {
 	ns := netns.NewRun(t, "bvlo").NS("lo")
 	ns.MustRun("ip", "link", "set", "lo", "up")
 	ns.MustRun("ip", "addr", "add", "100.64.9.1/32", "dev", "lo") // not ours
-	nsh, err := vnetns.GetFromName(ns.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsh.Close()
-	h, err := netlink.NewHandleAt(nsh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := ns.Netlink()
 	gw := func(proto model.Protocol, cidr string) *model.Gateway {
 		p := netip.MustParsePrefix(cidr)
 		return &model.Gateway{Protocol: proto, ServiceCIDR: p, LocalAddress: p.Addr().Next()}

@@ -6,9 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
-
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 )
@@ -27,16 +24,7 @@ func TestLinkRoutes(t *testing.T) {
 	ns.MustRun("ip", "link", "set", "fab0", "up")
 	ns.MustRun("ip", "link", "set", "fab1", "up")
 	ns.MustRun("ip", "route", "add", "203.0.113.0/28", "via", "198.51.100.202") // the admin's, not ours
-	nsh, err := vnetns.GetFromName(ns.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsh.Close()
-	h, err := netlink.NewHandleAt(nsh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := ns.Netlink()
 	routes := func() []string {
 		out, err := ns.Run("ip", "-4", "route", "show")
 		if err != nil {

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
@@ -45,16 +43,7 @@ func TestUplinkRepliesLeaveThroughNet1(t *testing.T) {
 	client.MustRun("ip", "route", "add", "198.51.100.0/24", "via", "100.64.7.1")
 	provider.Sysctl("net.ipv4.ip_forward", "1")
 
-	nsh, err := vnetns.GetFromName(pod.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsh.Close()
-	h, err := netlink.NewHandleAt(nsh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := pod.Netlink()
 	m := &model.Gateway{Uplink: &model.Uplink{Interface: "net1", Address: netip.MustParsePrefix(uplinkPortAddr + "/24"), Gateway: netip.MustParseAddr("198.51.100.1")}}
 
 	// The gateway waits for net1.
@@ -151,16 +140,7 @@ func TestEngineWaitsForTheUplink(t *testing.T) {
 	netns.Skip(t, "ip")
 	run := netns.NewRun(t, "bvuw")
 	pod, provider := run.NS("pod"), run.NS("provider")
-	nsh, err := vnetns.GetFromName(pod.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsh.Close()
-	h, err := netlink.NewHandleAt(nsh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := pod.Netlink()
 	b := bundle()
 	b.Model.LocalAddress = b.Model.ServiceCIDR.Addr().Next()
 	b.Model.Uplink = &model.Uplink{Interface: "net1", Address: netip.MustParsePrefix(uplinkPortAddr + "/24"), Gateway: netip.MustParseAddr("198.51.100.1")}

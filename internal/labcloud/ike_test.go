@@ -12,8 +12,6 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
-	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
@@ -219,16 +217,7 @@ func gatewayPod(t *testing.T, tp *topology, att *cloud.NetworkAttachment, name s
 		t.Fatal(err)
 	}
 	m := &model.Gateway{Uplink: &model.Uplink{Interface: "net1", Address: addr, Gateway: netip.MustParseAddr(att.GatewayIP)}}
-	nsh, err := vnetns.GetFromName(pod.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsh.Close()
-	h, err := netlink.NewHandleAt(nsh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := pod.Netlink()
 	if err := agent.EnsureUplink(h, m); err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -423,4 +425,21 @@ func Do(name string, f func() error) error {
 		errc <- ferr
 	}()
 	return <-errc
+}
+
+// Netlink returns a netlink handle whose sockets live in the namespace, closed when the test
+// ends.
+func (n *NS) Netlink() *netlink.Handle {
+	n.t.Helper()
+	nsh, err := vnetns.GetFromName(n.Name)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer nsh.Close() // the handle's sockets stay in the namespace
+	h, err := netlink.NewHandleAt(nsh)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(h.Close)
+	return h
 }
