@@ -88,15 +88,7 @@ func gatewayServiceCIDR(o client.Object) string {
 }
 
 func (r *ClusterLinkReconciler) allLinks(ctx context.Context, _ client.Object) []reconcile.Request {
-	var list ipsecv1.ClusterLinkList
-	if err := r.Client.List(ctx, &list); err != nil {
-		return nil
-	}
-	reqs := make([]reconcile.Request, len(list.Items))
-	for i := range list.Items {
-		reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
-	}
-	return reqs
+	return requestsForAll(ctx, r.Client, &ipsecv1.ClusterLinkList{})
 }
 
 // Reconcile: read the link, decide all links from the cache, write this link's status once.
@@ -268,15 +260,7 @@ var linkReadinessChanged = predicate.Funcs{
 
 // allGateways enqueues every VPNGateway (a ready link's change reaches every gateway's model).
 func (r *GatewayReconciler) allGateways(ctx context.Context, _ client.Object) []reconcile.Request {
-	var list vpnv1.VPNGatewayList
-	if err := r.Client.List(ctx, &list); err != nil {
-		return nil
-	}
-	reqs := make([]reconcile.Request, len(list.Items))
-	for i := range list.Items {
-		reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
-	}
-	return reqs
+	return requestsForAll(ctx, r.Client, &vpnv1.VPNGatewayList{})
 }
 
 // allLegacy enqueues every IPsecGateway.

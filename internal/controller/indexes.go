@@ -3,8 +3,11 @@ package controller
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -79,4 +82,20 @@ func peerSecretNames(p *vpnv1.VPNPeer) []string {
 		names = append(names, p.Spec.WireGuard.PresharedKeySecretRef.Name)
 	}
 	return names
+}
+
+// requestsForAll lists every object of the list's kind (from the cache) and returns a request
+// for each: for a change that reaches all of them (a ClusterLink becoming ready or not).
+func requestsForAll(ctx context.Context, c client.Reader, list client.ObjectList) []reconcile.Request {
+	if err := c.List(ctx, list); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	_ = meta.EachListItem(list, func(o runtime.Object) error {
+		if obj, ok := o.(client.Object); ok {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
+		}
+		return nil
+	})
+	return reqs
 }

@@ -277,13 +277,5 @@ func sameConditions(have, want []metav1.Condition) bool {
 
 // allPeers enqueues every VPNPeer.
 func (r *PeerReconciler) allPeers(ctx context.Context, _ client.Object) []reconcile.Request {
-	var list vpnv1.VPNPeerList
-	if err := r.Client.List(ctx, &list); err != nil {
-		return nil
-	}
-	reqs := make([]reconcile.Request, len(list.Items))
-	for i := range list.Items {
-		reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
-	}
-	return reqs
+	return requestsForAll(ctx, r.Client, &vpnv1.VPNPeerList{})
 }
