@@ -249,20 +249,8 @@ func TestRefusedDeltaLeavesTableWhole(t *testing.T) {
 	if err := f.Apply(ctx, driftRuleset); err != nil {
 		t.Fatal(err)
 	}
-	pings := 0
-	ping := func(n int) {
-		t.Helper()
-		ns.MustRun("ping", "-c", fmt.Sprint(n), "-i", "0.01", "-W", "1", "192.0.2.1")
-		pings += n
-	}
-	counted := func() uint64 {
-		t.Helper()
-		c, err := f.Counters(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c["peer_a_in"].Packets
-	}
+	p := &peerPings{t: t, ns: ns, f: f}
+	ping, counted := p.ping, p.counted
 	ping(3)
 	before := ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn")
 
@@ -295,8 +283,8 @@ func TestRefusedDeltaLeavesTableWhole(t *testing.T) {
 		t.Fatalf("a refused delta changed the table:\n%s\nwas\n%s", after, before)
 	}
 	ping(2)
-	if got := counted(); got != uint64(pings) {
-		t.Fatalf("counter after a refused delta: %d, want %d", got, pings)
+	if got := counted(); got != uint64(p.sent) {
+		t.Fatalf("counter after a refused delta: %d, want %d", got, p.sent)
 	}
 
 	// The same change less the refused element goes through; the counter that stays keeps
@@ -310,8 +298,8 @@ func TestRefusedDeltaLeavesTableWhole(t *testing.T) {
 		t.Fatalf("the delta is not in the table:\n%s", listed)
 	}
 	ping(1)
-	if got := counted(); got != uint64(pings) {
-		t.Fatalf("counter after a delta: %d, want %d", got, pings)
+	if got := counted(); got != uint64(p.sent) {
+		t.Fatalf("counter after a delta: %d, want %d", got, p.sent)
 	}
 	if err := f.Remove(ctx); err != nil {
 		t.Fatal(err)

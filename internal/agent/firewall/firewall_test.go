@@ -157,20 +157,8 @@ func testVerify(t *testing.T, ns *netns.NS, f *Firewall, gen func() (uint32, err
 		t.Fatal(err)
 	}
 	applied := ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn")
-	pings := 0
-	ping := func(n int) {
-		t.Helper()
-		ns.MustRun("ping", "-c", strconv.Itoa(n), "-i", "0.01", "-W", "1", "192.0.2.1")
-		pings += n
-	}
-	counted := func() uint64 {
-		t.Helper()
-		c, err := f.Counters(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c["peer_a_in"].Packets
-	}
+	p := &peerPings{t: t, ns: ns, f: f}
+	ping, counted := p.ping, p.counted
 	generation := func() uint32 {
 		t.Helper()
 		g, err := gen()
@@ -218,8 +206,8 @@ func testVerify(t *testing.T, ns *netns.NS, f *Firewall, gen func() (uint32, err
 	}
 	for i, c := range cases {
 		total := counted()
-		if total != uint64(pings) {
-			t.Fatalf("%s: counted %d pings of %d before the sabotage", c.name, total, pings)
+		if total != uint64(p.sent) {
+			t.Fatalf("%s: counted %d pings of %d before the sabotage", c.name, total, p.sent)
 		}
 		switch c.name {
 		case "rule replaced":
@@ -253,10 +241,10 @@ func testVerify(t *testing.T, ns *netns.NS, f *Firewall, gen func() (uint32, err
 		// The repaired table counts again; what the drifted one had counted is kept where it
 		// could be read.
 		ping(1)
-		want := uint64(pings)
+		want := uint64(p.sent)
 		if !c.counts {
-			want = uint64(pings) - total // the deleted table's counts are gone
-			pings = int(want)
+			want = uint64(p.sent) - total // the deleted table's counts are gone
+			p.sent = int(want)
 		}
 		if got := counted(); got != want {
 			t.Errorf("%s: counter %d after the repair, want %d", c.name, got, want)
@@ -284,4 +272,28 @@ func ruleHandle(t *testing.T, ns *netns.NS, chain, rule string) string {
 	}
 	t.Fatalf("no rule %q in chain %s", rule, chain)
 	return ""
+}
+
+// peerPings pings 192.0.2.1 in the gateway's namespace (a source the driftRuleset counts as
+// peer a's) and reads peer a's drop counter through the firewall.
+type peerPings struct {
+	t    *testing.T
+	ns   *netns.NS
+	f    *Firewall
+	sent int
+}
+
+func (p *peerPings) ping(n int) {
+	p.t.Helper()
+	p.ns.MustRun("ping", "-c", strconv.Itoa(n), "-i", "0.01", "-W", "1", "192.0.2.1")
+	p.sent += n
+}
+
+func (p *peerPings) counted() uint64 {
+	p.t.Helper()
+	c, err := p.f.Counters(context.Background())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return c["peer_a_in"].Packets
 }
