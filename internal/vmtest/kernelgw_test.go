@@ -490,8 +490,16 @@ func TestGuestKernelIPsecGateway(t *testing.T) {
 		send := func(what string) (spoofed, atBackend int) {
 			s0, d0 := g.counter(nft.CounterSpoofed), nftCounter(t, g.lan, "inet", "probe", "dns_in")
 			sendUDP(t, a.ns, spoof, dns, 5)
-			time.Sleep(300 * time.Millisecond) // datagrams in flight (counters are read, not waited for)
-			s1, d1 := g.counter(nft.CounterSpoofed), nftCounter(t, g.lan, "inet", "probe", "dns_in")
+			// Wait until all 5 are accounted for, dropped or delivered (the deadline only
+			// bounds a datagram that went neither way, which the assertions then report).
+			var s1, d1 int
+			_ = netns.Eventually(5*time.Second, func() error {
+				s1, d1 = g.counter(nft.CounterSpoofed), nftCounter(t, g.lan, "inet", "probe", "dns_in")
+				if s1-s0+d1-d0 < 5 {
+					return fmt.Errorf("%d dropped, %d delivered", s1-s0, d1-d0)
+				}
+				return nil
+			})
 			t.Logf("%s: 5 datagrams %s -> %s (granted to b) through a's SA: %s +%d, at the backend +%d", what, spoof, dns, nft.CounterSpoofed, s1-s0, d1-d0)
 			return s1 - s0, d1 - d0
 		}
@@ -578,7 +586,7 @@ func TestGuestKernelIPsecGateway(t *testing.T) {
 		foreignXFRM(t, g.node, cni)
 		ping := func(what string) {
 			t.Helper()
-			p, err := cni.Ping("192.0.2.97", "192.0.2.65", 3, 200*time.Millisecond, 2*time.Second)
+			p, err := cni.Ping("192.0.2.97", "192.0.2.65", 3, 200*time.Millisecond, 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}

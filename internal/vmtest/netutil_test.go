@@ -138,7 +138,8 @@ type stream struct {
 	conn       net.Conn
 	every      time.Duration
 	stop       chan struct{}
-	done       sync.WaitGroup
+	writer     sync.WaitGroup // the sending goroutine
+	done       sync.WaitGroup // both goroutines
 	sent, back atomic.Int64
 	errMu      sync.Mutex
 	err        error
@@ -153,8 +154,10 @@ func startStream(t testing.TB, name string, ns *netns.NS, network string, local 
 	s := &stream{name: name, conn: c, every: every, stop: make(chan struct{})}
 	t.Cleanup(func() { s.halt() })
 	s.done.Add(2)
+	s.writer.Add(1)
 	go func() {
 		defer s.done.Done()
+		defer s.writer.Done()
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for i := 0; ; i++ {
@@ -232,6 +235,9 @@ func (s *stream) halt() {
 // and the first error.
 func (s *stream) finish(grace time.Duration) (sent, back int64, err error) {
 	close(s.stop)
+	// The writer may be between a tick and its count: wait for it, so that no line is sent
+	// (and counted) after the answers were waited for.
+	s.writer.Wait()
 	deadline := time.Now().Add(grace)
 	for time.Now().Before(deadline) && s.back.Load() < s.sent.Load() {
 		time.Sleep(20 * time.Millisecond)
