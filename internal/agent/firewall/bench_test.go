@@ -60,6 +60,7 @@ func BenchmarkApply(b *testing.B) {
 		for round := range 5 {
 			ns := run.NS(fmt.Sprintf("p%d-%d", n, round))
 			f := &Firewall{NFT: writeWrapper(b, ns.Name), NetNS: filepath.Join("/run/netns", ns.Name)}
+			b.Cleanup(func() { _ = f.Close() })
 			for _, step := range []struct {
 				text    string
 				path    applyPath

@@ -123,6 +123,7 @@ func TestDeltaEqualsWholeLoad(t *testing.T) {
 			err = netns.Do(gw.Name, func() (err error) { g, err = KernelGeneration(); return err })
 			return g, err
 		}}
+	t.Cleanup(func() { _ = f.Close() })
 	ctx := context.Background()
 
 	a := site{name: "a", subnets: []string{"203.0.113.0/25"}, grants: []string{"web", "db"}, ownsSSH: true}
@@ -245,6 +246,7 @@ func TestRefusedDeltaLeavesTableWhole(t *testing.T) {
 	ns := run.NS("gw")
 	ns.MustRun("ip", "addr", "add", "192.0.2.1/32", "dev", "lo")
 	f := &Firewall{NFT: writeWrapper(t, ns.Name), NetNS: filepath.Join("/run/netns", ns.Name)}
+	t.Cleanup(func() { _ = f.Close() })
 	ctx := context.Background()
 	if err := f.Apply(ctx, driftRuleset); err != nil {
 		t.Fatal(err)

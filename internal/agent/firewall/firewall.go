@@ -44,6 +44,12 @@ type Firewall struct {
 
 	mu      sync.Mutex
 	applied string
+	// conn is the netfilter socket deltas go through, kept open from one to the next (Close
+	// closes it): the kernel frees what a transaction deleted after an RCU grace period, and
+	// closing a netfilter socket waits for that work (6–20 ms measured here on 6.18, for any
+	// deletion, even one set element), so a socket per delta would make every removal pay it.
+	// The deletion itself is in force when the kernel acknowledges the batch.
+	conn *netlink.Conn
 	// layout is that of the ruleset applied, when the table is known to hold it (nil after
 	// a failed repair, or when the ruleset could not be split): changes to it can go by delta.
 	layout *nft.Layout
@@ -134,12 +140,37 @@ func (f *Firewall) delta(d nft.Delta) error {
 	if err != nil {
 		return err
 	}
-	conn, err := f.dial()
-	if err != nil {
+	if f.conn == nil {
+		conn, err := f.dial()
+		if err != nil {
+			return err
+		}
+		f.conn = conn
+	}
+	if err := transact(f.conn, msgs); err != nil {
+		// A refused batch may leave more of the kernel's answers on the socket than the
+		// first error read: the next delta starts on a fresh one.
+		f.closeConn()
 		return err
 	}
-	defer conn.Close()
-	return transact(conn, msgs)
+	return nil
+}
+
+// Close closes the netfilter socket the deltas went through, if open; a later delta opens a
+// new one. The table stays as it is.
+func (f *Firewall) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.closeConn()
+}
+
+func (f *Firewall) closeConn() error {
+	if f.conn == nil {
+		return nil
+	}
+	err := f.conn.Close()
+	f.conn = nil
+	return err
 }
 
 // dial opens a netfilter netlink socket in the namespace nft works in.

@@ -30,6 +30,7 @@ func TestPacketsDuringDeltas(t *testing.T) {
 	run := netns.NewRun(t, "bfp")
 	gw, peers, backend := run.NS("gw"), run.NS("peers"), run.NS("backend")
 	f := &Firewall{NFT: writeWrapper(t, gw.Name), NetNS: filepath.Join("/run/netns", gw.Name)}
+	t.Cleanup(func() { _ = f.Close() })
 	ctx := context.Background()
 
 	a := site{name: "a", subnets: []string{"203.0.113.0/28"}, grants: []string{"web"}}

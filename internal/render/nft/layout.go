@@ -133,6 +133,15 @@ func Split(ruleset string) (Layout, error) {
 			start := len(all)
 			all = append(all, set.Elements...) // a second block goes on from the first
 			for {
+				// The renderer's usual line, one element and its comma, takes one pass.
+				if e, ok := oneElement(part); ok {
+					all = append(all, e)
+					set.Elements = all[start:len(all):len(all)]
+					if part, ok = next(); !ok {
+						return Layout{}, fmt.Errorf("set %s: elements block not closed", set.Name)
+					}
+					continue
+				}
 				if at := strings.IndexByte(part, '#'); at >= 0 {
 					part = part[:at]
 				}
@@ -164,6 +173,35 @@ func Split(ruleset string) (Layout, error) {
 	}
 	l.Structure = strings.Join(structure, "\n")
 	return l, nil
+}
+
+// oneElement returns the element of a line that holds exactly one element followed by its
+// comma — tabs before it, single spaces within, nothing after — as the renderer writes all but a
+// set's last: the common case, read in one pass. Any other line is not (ok false), and the
+// general reading takes it.
+func oneElement(line string) (string, bool) {
+	i := 0
+	for i < len(line) && line[i] == '\t' {
+		i++
+	}
+	if i == len(line) || line[i] == ' ' || line[len(line)-1] != ',' {
+		return "", false
+	}
+	e := line[i : len(line)-1]
+	if e == "" || e[len(e)-1] == ' ' {
+		return "", false
+	}
+	for j := 0; j < len(e); j++ {
+		switch c := e[j]; c {
+		case ',', '#', '{', '}', '\t', '\r', '\n':
+			return "", false
+		case ' ':
+			if e[j+1] == ' ' { // e does not end with a blank: j+1 is inside e
+				return "", false
+			}
+		}
+	}
+	return e, true
 }
 
 // singleSpaced reports whether s has no blank but single spaces (s holds no line break).
@@ -204,19 +242,37 @@ func Diff(old, new Layout) (Delta, bool) {
 }
 
 // changes returns what of old is not in new and what of new is not in old. The lists are
-// those of one set, without repeats, and the renderer writes them in a stable order: what
-// both begin and end with is skipped before the rest is compared.
+// those of one set, without repeats, and the renderer writes them in a stable order, so they
+// are walked side by side: an element added or deleted between common ones is found within a
+// few elements ahead, and only where the two do not fall back in step is the rest compared
+// as sets. Every element of old not met in step is deleted and every one of new not met in
+// step added, so applying del then add always yields new (an element moved within the list
+// is deleted and added again).
 func changes(old, new []string) (del, add []string) {
-	lead := 0
-	for lead < len(old) && lead < len(new) && old[lead] == new[lead] {
-		lead++
+	const window = 8 // how far ahead an element is looked for
+	i, j := 0, 0
+	for i < len(old) && j < len(new) {
+		if old[i] == new[j] {
+			i, j = i+1, j+1
+			continue
+		}
+		if k := slices.Index(new[j:min(j+window, len(new))], old[i]); k > 0 {
+			add, j = append(add, new[j:j+k]...), j+k
+			continue
+		}
+		if k := slices.Index(old[i:min(i+window, len(old))], new[j]); k > 0 {
+			del, i = append(del, old[i:i+k]...), i+k
+			continue
+		}
+		break
 	}
+	o, n := old[i:], new[j:]
 	trail := 0
-	for trail < len(old)-lead && trail < len(new)-lead && old[len(old)-1-trail] == new[len(new)-1-trail] {
+	for trail < len(o) && trail < len(n) && o[len(o)-1-trail] == n[len(n)-1-trail] {
 		trail++
 	}
-	o, n := old[lead:len(old)-trail], new[lead:len(new)-trail]
-	return difference(o, n), difference(n, o)
+	o, n = o[:len(o)-trail], n[:len(n)-trail]
+	return append(del, difference(o, n)...), append(add, difference(n, o)...)
 }
 
 // difference is what of a is not in b, in the order of a (duplicates in a once).

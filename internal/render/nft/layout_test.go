@@ -2,7 +2,10 @@ package nft
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -196,6 +199,85 @@ func BenchmarkDiff(b *testing.B) {
 	for range b.N {
 		if d, ok := Diff(old, next); !ok || d.Changes() != 7 { // 2 counters, 1 element in each peer map, 3 grants
 			b.Fatalf("%+v %v", d, ok)
+		}
+	}
+}
+
+// TestOneElement: the one-pass reading takes only the lines the general one would read as that
+// same single element; every other line is left to it.
+func TestOneElement(t *testing.T) {
+	for line, want := range map[string]string{
+		"\t\t\t100.96.0.0/30 : \"peer_a_in\",":            "100.96.0.0/30 : \"peer_a_in\"",
+		"\t\t\t203.0.113.0/28 . 100.64.7.10 . tcp . 443,": "203.0.113.0/28 . 100.64.7.10 . tcp . 443",
+	} {
+		if got, ok := oneElement(line); !ok || got != want {
+			t.Errorf("oneElement(%q) = %q, %v", line, got, ok)
+		}
+	}
+	for _, line := range []string{
+		"\t\t\t10.0.0.1, 10.0.0.2,", "\t\t\t10.0.0.1  : \"x\",", "\t\t\t10.0.0.1 ,", " 10.0.0.1,", "\t\t\t10.0.0.1 # note,",
+		"\t\t\t10.0.0.1 }", "\t\t\t10.0.0.1", "\t\t\t,", "\t\t\t10.0.0.1\t: \"x\",", "\t\t\t10.0.0.1 },",
+	} {
+		if got, ok := oneElement(line); ok {
+			t.Errorf("oneElement(%q) took %q", line, got)
+		}
+	}
+}
+
+// TestChangesApplied: whatever the two lists (elements added, deleted, moved, a map value
+// changed), deleting del from old and then adding add yields exactly new, and no element is
+// deleted that new keeps in step or added that old already had in step.
+func TestChangesApplied(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 2000 {
+		var old []string
+		for i := range rng.IntN(40) {
+			old = append(old, fmt.Sprintf("e%d", i))
+		}
+		next := slices.Clone(old)
+		for range rng.IntN(4) {
+			switch op := rng.IntN(4); {
+			case op == 0 && len(next) > 0: // delete
+				k := rng.IntN(len(next))
+				next = slices.Delete(next, k, k+1)
+			case op == 1: // add
+				next = slices.Insert(next, rng.IntN(len(next)+1), fmt.Sprintf("n%d-%d", round, rng.IntN(1000)))
+			case op == 2 && len(next) > 1: // move
+				k := rng.IntN(len(next))
+				e := next[k]
+				next = slices.Delete(next, k, k+1)
+				next = slices.Insert(next, rng.IntN(len(next)+1), e)
+			case op == 3 && len(next) > 0: // a map value changes
+				next[rng.IntN(len(next))] += "'"
+			}
+		}
+		next = slices.Compact(next) // the renderer writes no repeats
+		if len(slices.Compact(slices.Sorted(slices.Values(next)))) != len(next) {
+			continue
+		}
+		del, add := changes(old, next)
+		have := map[string]bool{}
+		for _, e := range old {
+			have[e] = true
+		}
+		for _, e := range del {
+			if !have[e] {
+				t.Fatalf("old %v new %v: deletes %s, which old has not", old, next, e)
+			}
+			delete(have, e)
+		}
+		for _, e := range add {
+			if have[e] {
+				t.Fatalf("old %v new %v: adds %s, which is there", old, next, e)
+			}
+			have[e] = true
+		}
+		want := map[string]bool{}
+		for _, e := range next {
+			want[e] = true
+		}
+		if !maps.Equal(have, want) {
+			t.Fatalf("old %v new %v: del %v add %v leaves %v", old, next, del, add, slices.Sorted(maps.Keys(have)))
 		}
 	}
 }
