@@ -25,8 +25,6 @@ import (
 const (
 	FirstReqid uint32 = 0x40000001
 	LastReqid  uint32 = 0x7fffffff
-	// NoReqid is the value below the range; it is never a peer's.
-	NoReqid uint32 = FirstReqid - 1
 )
 
 // PeerReqid is the reqid a peer of a gateway gets unless an older peer of the same gateway

@@ -58,7 +58,18 @@ type setCodec struct {
 	interval   bool
 }
 
+// typeofFields are the key expressions of the renderer's typeof sets (kernel ESP: reqids,
+// tunnel_sources) as data types.
+var typeofFields = map[string]fieldType{
+	"ipsec in reqid": {"reqid", 4},
+	"ip saddr":       fieldTypes["ipv4_addr"],
+	"ip daddr":       fieldTypes["ipv4_addr"],
+}
+
 func newSetCodec(s nft.SetContents) (*setCodec, error) {
+	if exprs, ok := strings.CutPrefix(s.Type, "typeof "); ok {
+		return newTypeofCodec(s, exprs)
+	}
 	keyPart, valuePart, isMap := strings.Cut(s.Type, " : ")
 	if isMap != s.Map {
 		return nil, fmt.Errorf("set %s: type %q", s.Name, s.Type)
@@ -76,6 +87,39 @@ func newSetCodec(s nft.SetContents) (*setCodec, error) {
 		if c.value, err = fields(valuePart); err != nil {
 			return nil, fmt.Errorf("map %s: %w", s.Name, err)
 		}
+	}
+	if c.interval && len(c.key) == 1 && c.key[0].name != "ipv4_addr" {
+		return nil, fmt.Errorf("set %s: interval of %s", s.Name, c.key[0].name)
+	}
+	return c, nil
+}
+
+// newTypeofCodec encodes a set keyed by expressions. A reqid is a host-order integer in the
+// kernel's key, but nft stores it in network order in an interval set of concatenations (so
+// that ranges compare as numbers): what nft --debug=netlink shows it sending. A reqid in any
+// other kind of set is not encoded here (a whole load does it).
+func newTypeofCodec(s nft.SetContents, exprs string) (*setCodec, error) {
+	if s.Map {
+		return nil, fmt.Errorf("map %s: typeof maps are not encoded here", s.Name)
+	}
+	c := &setCodec{interval: s.Interval}
+	parts := strings.Split(exprs, " . ")
+	for _, e := range parts {
+		ft, ok := typeofFields[e]
+		if !ok {
+			return nil, fmt.Errorf("set %s: expression %q is not encoded here", s.Name, e)
+		}
+		if ft.name == "reqid" {
+			switch {
+			case len(parts) > 1 && s.Interval:
+				ft.name = "reqid_be"
+			case len(parts) == 1 && !s.Interval:
+				ft.name = "reqid_host"
+			default:
+				return nil, fmt.Errorf("set %s: a reqid in this kind of set is not encoded here", s.Name)
+			}
+		}
+		c.key = append(c.key, ft)
 	}
 	if c.interval && len(c.key) == 1 && c.key[0].name != "ipv4_addr" {
 		return nil, fmt.Errorf("set %s: interval of %s", s.Name, c.key[0].name)
@@ -205,6 +249,18 @@ func encodeField(t fieldType, text string, interval bool) (lo, hi []byte, err er
 			}
 		}
 		return []byte{byte(v)}, []byte{byte(v)}, nil
+	case "reqid_host", "reqid_be":
+		v, err := strconv.ParseUint(text, 10, 32)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%q is not a reqid", text)
+		}
+		var b []byte
+		if t.name == "reqid_be" {
+			b = binary.BigEndian.AppendUint32(nil, uint32(v))
+		} else {
+			b = binary.NativeEndian.AppendUint32(nil, uint32(v))
+		}
+		return b, b, nil
 	case "inet_service":
 		v, err := strconv.ParseUint(text, 10, 16)
 		if err != nil {

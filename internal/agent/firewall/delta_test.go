@@ -45,7 +45,7 @@ func testGateway(dbTarget string, clients []string, sites ...site) *model.Gatewa
 	}
 	for _, s := range sites {
 		p := model.Peer{Name: s.name, Authorization: model.Decision{Authorized: !s.dark, Reason: "test"},
-			IPsec: &model.IPsecPeer{RemoteAddress: "198.51.100.77", RemoteID: s.name}}
+			IPsec: &model.IPsecPeer{RemoteAddress: "198.51.100.77", RemoteID: s.name, Reqid: model.PeerReqid(g.Namespace, g.Name, s.name)}}
 		for _, c := range s.subnets {
 			p.SourceCIDRs = append(p.SourceCIDRs, netip.MustParsePrefix(c))
 		}
@@ -102,7 +102,13 @@ func loadWhole(t testing.TB, ns *netns.NS, ruleset string) {
 
 func render(t testing.TB, g *model.Gateway) string {
 	t.Helper()
-	text, err := nft.Render(g, nft.DefaultOptions(g, true))
+	return renderFor(t, g, true)
+}
+
+// renderFor renders for kernel-libipsec (the tunnel interface) or for kernel ESP (reqids).
+func renderFor(t testing.TB, g *model.Gateway, libipsec bool) string {
+	t.Helper()
+	text, err := nft.Render(g, nft.DefaultOptions(g, libipsec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +121,19 @@ func render(t testing.TB, g *model.Gateway) string {
 // against the table the previous steps left.
 func TestDeltaEqualsWholeLoad(t *testing.T) {
 	netns.Skip(t, "nft")
+	t.Run("kernel-libipsec", func(t *testing.T) { testDeltaEqualsWholeLoad(t, true) })
+	// Kernel ESP: the tunnel is matched by the set of the peers' reqids and the sources by
+	// (reqid . subnet); both change with the peers, by netlink too.
+	t.Run("kernel-esp", func(t *testing.T) {
+		probe := netns.NewRun(t, "bfp").NS("probe")
+		if out, err := probe.RunInput("table ip p {\n\tset s {\n\t\ttypeof ipsec in reqid\n\t}\n}\n", "nft", "-f", "-"); err != nil {
+			t.Skipf("this kernel's nftables has no ipsec expression: %v %s", err, out)
+		}
+		testDeltaEqualsWholeLoad(t, false)
+	})
+}
+
+func testDeltaEqualsWholeLoad(t *testing.T, libipsec bool) {
 	run := netns.NewRun(t, "bfd")
 	gw, ref := run.NS("gw"), run.NS("ref")
 	f := &Firewall{NFT: writeWrapper(t, gw.Name), NetNS: filepath.Join("/run/netns", gw.Name),
@@ -138,40 +157,48 @@ func TestDeltaEqualsWholeLoad(t *testing.T) {
 		name string
 		gw   *model.Gateway
 		path applyPath
+		// kernelPath, when set, is the path under kernel ESP, whose rulesets hold a reqid
+		// and a (reqid . subnet) element more per peer: more changes than one batch takes.
+		kernelPath applyPath
 	}{
-		{"first load", testGateway("192.0.2.20", clients, a, b), pathFull},
-		{"peer added", testGateway("192.0.2.20", clients, a, b, host), pathDelta},
-		{"overlapping wider peer added", testGateway("192.0.2.20", clients, a, b, host, wide), pathDelta},
-		{"adjacent blocks of one peer", testGateway("192.0.2.20", clients, a, b, host, wide, adj), pathDelta},
-		{"inner peer removed: the wider one takes its addresses", testGateway("192.0.2.20", clients, a, host, wide, adj), pathDelta},
-		{"grant revoked", testGateway("192.0.2.20", clients, a, host, site{name: "wide", subnets: wide.subnets}, adj), pathDelta},
-		{"dark peer added over an authorized one", testGateway("192.0.2.20", clients, a, host, darkC, adj), pathDelta},
-		{"DNAT target changed", testGateway("192.0.2.21", clients, a, host, darkC, adj), pathDelta},
+		{"first load", testGateway("192.0.2.20", clients, a, b), pathFull, pathNone},
+		{"peer added", testGateway("192.0.2.20", clients, a, b, host), pathDelta, pathNone},
+		{"overlapping wider peer added", testGateway("192.0.2.20", clients, a, b, host, wide), pathDelta, pathNone},
+		{"adjacent blocks of one peer", testGateway("192.0.2.20", clients, a, b, host, wide, adj), pathDelta, pathNone},
+		{"inner peer removed: the wider one takes its addresses", testGateway("192.0.2.20", clients, a, host, wide, adj), pathDelta, pathNone},
+		{"grant revoked", testGateway("192.0.2.20", clients, a, host, site{name: "wide", subnets: wide.subnets}, adj), pathDelta, pathNone},
+		{"dark peer added over an authorized one", testGateway("192.0.2.20", clients, a, host, darkC, adj), pathDelta, pathNone},
+		{"DNAT target changed", testGateway("192.0.2.21", clients, a, host, darkC, adj), pathDelta, pathNone},
 		{"reverse clients and ports changed", testGateway("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
-			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, host, darkC, adj), pathDelta},
+			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, host, darkC, adj), pathDelta, pathNone},
 		{"host network: structure changes", onHost("100.64.12.5", testGateway("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
-			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, host, darkC, adj)), pathFull},
+			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, host, darkC, adj)), pathFull, pathNone},
 		{"host network: Service IP changed, peer added", onHost("100.64.12.6", testGateway("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
-			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, b, host, darkC, adj)), pathDelta},
-		{"reverse exposure gone: structure changes", testGateway("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, host, adj), pathFull},
-		{"every peer removed", testGateway("192.0.2.21", nil), pathDelta},
-		{"peers back", testGateway("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, b, wide), pathDelta},
+			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, b, host, darkC, adj)), pathDelta, pathNone},
+		{"reverse exposure gone: structure changes", testGateway("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, host, adj), pathFull, pathNone},
+		{"every peer removed", testGateway("192.0.2.21", nil), pathDelta, pathNone},
+		{"peers back", testGateway("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, b, wide), pathDelta, pathNone},
 		// 300 peers at once: 600 counters, 600 map elements and 750 grants, 1,950 changes,
 		// just under the limit of one batch.
-		{"many peers at once", testGateway("192.0.2.21", nil, append([]site{{name: "a", subnets: a.subnets, grants: a.grants}, b, wide}, benchSites(300)...)...), pathDelta},
-		{"too many at once: loaded whole", testGateway("192.0.2.21", nil, benchSites(800)...), pathFull},
-		{"1,200 peers without grants", testGateway("192.0.2.21", nil, regrant(benchSites(1200), nil)...), pathFull},
+		{"many peers at once", testGateway("192.0.2.21", nil, append([]site{{name: "a", subnets: a.subnets, grants: a.grants}, b, wide}, benchSites(300)...)...), pathDelta, pathFull},
+		{"too many at once: loaded whole", testGateway("192.0.2.21", nil, benchSites(800)...), pathFull, pathNone},
+		{"1,200 peers without grants", testGateway("192.0.2.21", nil, regrant(benchSites(1200), nil)...), pathFull, pathNone},
 		// 1,200 grants into one set: more than one message holds.
-		{"1,200 grants at once", testGateway("192.0.2.21", nil, regrant(benchSites(1200), []string{"db"})...), pathDelta},
+		{"1,200 grants at once", testGateway("192.0.2.21", nil, regrant(benchSites(1200), []string{"db"})...), pathDelta, pathNone},
+		{"one of 1,200 peers removed", testGateway("192.0.2.21", nil, regrant(benchSites(1200), []string{"db"})[1:]...), pathDelta, pathDelta},
 	}
 	for _, s := range steps {
-		text := render(t, s.gw)
+		text := renderFor(t, s.gw, libipsec)
+		wantPath := s.path
+		if !libipsec && s.kernelPath != pathNone {
+			wantPath = s.kernelPath
+		}
 		f.last = pathNone
 		if err := f.Apply(ctx, text); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		if f.last != s.path {
-			t.Errorf("%s: applied by path %d, want %d", s.name, f.last, s.path)
+		if f.last != wantPath {
+			t.Errorf("%s: applied by path %d, want %d", s.name, f.last, wantPath)
 		}
 		loadWhole(t, ref, text)
 		got := normalizeListing(gw.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"))
@@ -188,7 +215,7 @@ func TestDeltaEqualsWholeLoad(t *testing.T) {
 	// A table changed behind a delta's back is found by the same check, and repaired by a
 	// whole load: an element slipped in, then a delta that does not touch it.
 	gw.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_grants", "{ 192.0.2.200 . 100.64.7.10 . tcp . 443 }")
-	text := render(t, testGateway("192.0.2.22", nil, regrant(benchSites(1200), []string{"db"})...))
+	text := renderFor(t, testGateway("192.0.2.22", nil, regrant(benchSites(1200), []string{"db"})[1:]...), libipsec)
 	if err := f.Apply(ctx, text); err != nil || f.last != pathDelta {
 		t.Fatalf("a delta over a changed table: %v, path %d", err, f.last)
 	}

@@ -26,8 +26,8 @@ type SetContents struct {
 	Name string
 	// Map is true for a map, false for a set.
 	Map bool
-	// Type is what follows "type " in the declaration (or the whole "typeof ..." line, which the
-	// element encoder refuses: a whole load then): the key's data types joined by " . ",
+	// Type is what follows "type " in the declaration (or the whole "typeof ..." line, the
+	// key's expressions, which the element encoder knows only some of): the key's data types joined by " . ",
 	// then, for a map, " : " and the value's ("ipv4_addr . inet_service : ipv4_addr").
 	Type string
 	// Interval: the declaration has "flags interval".
@@ -121,8 +121,7 @@ func Split(ruleset string) (Layout, error) {
 			set.Type = strings.TrimPrefix(line, "type ")
 		case strings.HasPrefix(line, "typeof "):
 			// A key given by expressions (tunnel_sources: ipsec in reqid . ip saddr) is kept as
-			// written: the element encoder knows data types only, so such a set's changes go
-			// through a whole load.
+			// written: the element encoder reads the expressions it knows (others: a whole load).
 			set.Type = line
 		case strings.HasPrefix(line, "flags "):
 			set.Interval = slices.Contains(strings.Split(strings.ReplaceAll(strings.TrimPrefix(line, "flags "), " ", ""), ","), "interval")

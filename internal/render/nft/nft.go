@@ -8,8 +8,8 @@
 // established flows are accepted before any of them is consulted.
 //
 // Layout ("from the tunnel" is iifname <TunnelInterface>; for kernel ESP it is
-// `ipsec in reqid { <the gateway's reqids> }`, "into the tunnel" `ipsec out reqid { ... }`:
-// the SAs of the gateway's own peers, never another IPsec user's of the node):
+// `ipsec in reqid @reqids`, "into the tunnel" `ipsec out reqid @reqids`, the set holding
+// the reqids of the gateway's own peers' SAs, never another IPsec user's of the node):
 //   - tunnel_source (kernel ESP, prerouting before everything else): a packet from the tunnel
 //     whose (reqid . source) is not in tunnel_sources — its source is not a subnet of the peer
 //     whose SA it came through — is dropped and counted (drop_spoofed). Every later match of a
@@ -285,17 +285,11 @@ func (p *plan) notFromTunnel() (match, returnRule string) {
 	return "", "\t\t" + p.tunnelIn + " return\n"
 }
 
-// reqidMatch is `ipsec <dir> reqid` of the gateway's reqids.
-func reqidMatch(dir string, reqids []uint32) string {
-	if len(reqids) == 1 {
-		return fmt.Sprintf("ipsec %s reqid %d", dir, reqids[0])
-	}
-	parts := make([]string, len(reqids))
-	for i, r := range reqids {
-		parts[i] = strconv.FormatUint(uint64(r), 10)
-	}
-	return fmt.Sprintf("ipsec %s reqid { %s }", dir, strings.Join(parts, ", "))
-}
+// SetReqids is the set of the gateway's reqids (kernel ESP).
+const SetReqids = "reqids"
+
+// reqidMatch is `ipsec <dir> reqid` of the gateway's reqids (the set SetReqids).
+func reqidMatch(dir string) string { return fmt.Sprintf("ipsec %s reqid @%s", dir, SetReqids) }
 
 // Render returns the gateway's ruleset for `nft -f`, or why it cannot be rendered (a model
 // that is inconsistent or holds something that cannot be expressed safely).
@@ -354,11 +348,10 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 			}
 			return a.prefix.Addr().Compare(b.prefix.Addr())
 		})
-		match := p.reqids
-		if len(match) == 0 {
-			match = []uint32{model.NoReqid} // no SA: the rules match nothing
-		}
-		p.tunnelIn, p.tunnelOut = reqidMatch("in", match), reqidMatch("out", match)
+		// The reqids are a named set, not a list in each rule: a peer added or removed changes
+		// its elements only, which the agent applies by netlink instead of a whole load. Empty
+		// (no SA yet), the rules match nothing.
+		p.tunnelIn, p.tunnelOut = reqidMatch("in"), reqidMatch("out")
 	} else {
 		q := strconv.Quote(o.TunnelInterface)
 		p.tunnelIn, p.tunnelOut = "iifname "+q, "oifname "+q
@@ -543,6 +536,9 @@ func checkPort(what string, p model.Port, reverse bool) error {
 // elements is how many set and map elements the ruleset holds.
 func (p *plan) elements() int {
 	n := 2*len(p.peerIn) + len(p.forward) + len(p.sources)
+	if p.kernelESP() {
+		n += len(p.reqids)
+	}
 	for _, f := range p.forward {
 		n += len(f.grants)
 	}
@@ -607,6 +603,14 @@ func (p *plan) write() string {
 	}
 
 	if p.kernelESP() {
+		w("\t# Kernel ESP: the reqids of the gateway's peers' SAs; tunnel traffic is what they carry.\n")
+		w("\tset %s {\n\t\ttypeof ipsec in reqid\n", SetReqids)
+		reqids := make([]string, len(p.reqids))
+		for i, r := range p.reqids {
+			reqids[i] = strconv.FormatUint(uint64(r), 10)
+		}
+		writeElements(&b, nil, reqids)
+		w("\t}\n\n")
 		w("\t# Kernel ESP: (reqid . source) of every peer's subnets; a packet an SA of the gateway\n")
 		w("\t# decrypted is let in only when its source is one its own peer carries.\n")
 		w("\tset tunnel_sources {\n\t\ttypeof ipsec in reqid . ip saddr\n\t\tflags interval\n")

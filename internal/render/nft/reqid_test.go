@@ -36,7 +36,10 @@ func TestKernelESPMatchesTheGatewaysReqidsOnly(t *testing.T) {
 				}
 			}
 			slices.Sort(reqids)
-			in, out := reqidMatch("in", reqids), reqidMatch("out", reqids)
+			if got, want := setElements(t, kernel, SetReqids), fmt.Sprint(reqids); fmt.Sprint(got) != want {
+				t.Errorf("kernel ESP: set %s holds %v, the peers' reqids are %s", SetReqids, got, want)
+			}
+			in, out := reqidMatch("in"), reqidMatch("out")
 			t.Logf("kernel ESP: from the tunnel = %q, into it = %q", in, out)
 			for _, banned := range []string{"meta ipsec", "rt ipsec"} {
 				if strings.Contains(kernel, banned) {
@@ -57,23 +60,26 @@ func TestKernelESPMatchesTheGatewaysReqidsOnly(t *testing.T) {
 	}
 }
 
-// Several peers: one set of reqids in every tunnel match; none: a reqid no SA has.
+// Several peers: their reqids, sorted, in the set every tunnel match names (a peer added or
+// removed changes its elements only); none: the set is empty and the rules match nothing.
 func TestKernelESPReqidSet(t *testing.T) {
 	g := ipsecGateway("two", []model.Peer{
 		ipsecPeer("a", allowed(model.ReasonAuthorized), nil, "198.51.100.0/25"),
 		ipsecPeer("b", dark(model.ReasonNoGrants), nil, "198.51.100.128/25"),
 	}, nil)
 	text := mustRender(t, g, kernelESP(g))
-	want := reqidMatch("in", []uint32{g.Peers[0].IPsec.Reqid, g.Peers[1].IPsec.Reqid})
-	if g.Peers[0].IPsec.Reqid > g.Peers[1].IPsec.Reqid {
-		want = reqidMatch("in", []uint32{g.Peers[1].IPsec.Reqid, g.Peers[0].IPsec.Reqid})
+	want := []uint32{g.Peers[0].IPsec.Reqid, g.Peers[1].IPsec.Reqid}
+	slices.Sort(want)
+	if got := setElements(t, text, SetReqids); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("set %s holds %v, want %v", SetReqids, got, want)
 	}
-	if !strings.HasPrefix(want, "ipsec in reqid { ") || !strings.Contains(text, "\t\t"+want+" counter name ip saddr map @peer_in drop\n") {
-		t.Errorf("no rule matches %q:\n%s", want, text)
+	if match := reqidMatch("in"); !strings.Contains(text, "\t\t"+match+" counter name ip saddr map @peer_in drop\n") {
+		t.Errorf("no rule matches %q:\n%s", match, text)
 	}
 	none := ipsecGateway("none", nil, nil)
-	if text := mustRender(t, none, kernelESP(none)); !strings.Contains(text, fmt.Sprintf("ipsec in reqid %d ", model.NoReqid)) {
-		t.Errorf("a gateway without peers does not match the unused reqid %d:\n%s", model.NoReqid, text)
+	text = mustRender(t, none, kernelESP(none))
+	if got := setElements(t, text, SetReqids); len(got) != 0 || !strings.Contains(text, reqidMatch("in")+" ") {
+		t.Errorf("a gateway without peers: set %s holds %v (want none, still named by the rules):\n%s", SetReqids, got, text)
 	}
 	g.Peers[1].IPsec.Reqid = 0
 	if _, err := Render(g, kernelESP(g)); err == nil || !strings.Contains(err.Error(), "reqid") {
@@ -86,4 +92,20 @@ func TestKernelESPReqidSet(t *testing.T) {
 	if _, err := Render(g, libipsec(g)); err != nil {
 		t.Errorf("kernel-libipsec needs no reqids: %v", err)
 	}
+}
+
+// setElements are the elements of the named set in a rendered ruleset, as Split reads them.
+func setElements(t *testing.T, ruleset, name string) []string {
+	t.Helper()
+	l, err := Split(ruleset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range l.Sets {
+		if s.Name == name {
+			return s.Elements
+		}
+	}
+	t.Fatalf("no set %s", name)
+	return nil
 }
