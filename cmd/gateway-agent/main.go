@@ -269,7 +269,7 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	driver := &lazyDriver{opts: o.drivers, log: log}
 	// The agent and nft share the network namespace: the kernel's nftables generation tells
 	// the ruleset check when there is anything to list.
-	fw := &firewall.Firewall{Generation: firewall.KernelGeneration}
+	fw := &firewall.Firewall{Generation: firewall.KernelGeneration, Log: log.WithName("firewall")}
 	defer fw.Close() // the deltas' netfilter socket; the table stays or goes with the engine's teardown
 	engine := &agent.Engine{Driver: driver, Firewall: fw, Reporter: reporter, Log: log, VerifyEvery: o.verifyInterval}
 	if events != nil {

@@ -443,8 +443,8 @@ func TestGuestKernelIPsecGateway(t *testing.T) {
 			}
 			return nil
 		})
-		// b is granted web too, and a third peer (no device yet) joins: the reqid set in
-		// every tunnel match changes, a's and b's SAs stay.
+		// b is granted web too, and a third peer (no device yet) joins: the reqid set every
+		// tunnel match names gains c's (set elements: a netlink delta), a's and b's SAs stay.
 		spis := g.node.MustRun("ip", "xfrm", "state")
 		for i := range g.in.Peers {
 			if g.in.Peers[i].Name == "b" {
@@ -452,14 +452,21 @@ func TestGuestKernelIPsecGateway(t *testing.T) {
 			}
 		}
 		g.addSite("c", 2, []string{"web"}, nil)
+		deltas := strings.Count(g.agent.Output(), "netlink delta")
 		g.publish()
 		waitUntil(t, "b reaches web after the change", 20*time.Second, func() error {
 			return request(b.ns, "tcp", b.addr, web, time.Second)
 		})
 		cReqid := g.peer("c").IPsec.Reqid
 		waitUntil(t, "c's reqid in the ruleset", 10*time.Second, func() error {
-			if out := g.node.MustRun("nft", "list", "chain", "ip", nft.Table, "tunnel_source"); !strings.Contains(out, strconv.FormatUint(uint64(cReqid), 10)) {
+			if out := g.node.MustRun("nft", "list", "set", "ip", nft.Table, nft.SetReqids); !strings.Contains(out, strconv.FormatUint(uint64(cReqid), 10)) {
 				return fmt.Errorf("reqid %d not in:\n%s", cReqid, out)
+			}
+			return nil
+		})
+		waitUntil(t, "the change applied by a netlink delta", 10*time.Second, func() error {
+			if out := g.agent.Output(); strings.Count(out, "netlink delta") <= deltas || strings.Contains(out, "delta not applied") {
+				return fmt.Errorf("the agent logged no delta for the change:\n%s", out)
 			}
 			return nil
 		})
@@ -477,7 +484,7 @@ func TestGuestKernelIPsecGateway(t *testing.T) {
 		} else {
 			t.Log("a's and b's kernel SAs untouched by the change (same SPIs)")
 		}
-		t.Logf("b granted web too: b tcp -> %s answered; peer c's reqid %d is in the tunnel matches", web, cReqid)
+		t.Logf("b granted web too: b tcp -> %s answered; peer c's reqid %d is in the set %s the tunnel matches name; the change went by a netlink delta", web, cReqid, nft.SetReqids)
 	})
 
 	t.Run("spoofed-source-through-a", func(t *testing.T) {

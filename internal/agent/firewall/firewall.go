@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
@@ -41,6 +42,9 @@ type Firewall struct {
 	// NetNS is the network namespace file (/run/netns/NAME) whose table netlink changes go
 	// to; empty: the agent's own. It must be the namespace nft works in.
 	NetNS string
+	// Log gets a line per ruleset applied: how (a netlink delta of how many changes, or a
+	// whole load) and how long it took; and a delta the kernel refused. Zero: no logging.
+	Log logr.Logger
 
 	mu      sync.Mutex
 	applied string
@@ -97,8 +101,10 @@ func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 	if splitErr == nil && f.layout != nil {
 		if d, ok := nft.Diff(*f.layout, next); ok && d.Changes() <= maxDeltaChanges {
 			t0 := time.Now()
-			if err := f.delta(d); err == nil {
+			err := f.delta(d)
+			if err == nil {
 				f.applied, f.layout, f.last, f.lastTx = ruleset, &next, pathDelta, time.Since(t0)
+				f.Log.Info("ruleset applied", "by", "netlink delta", "changes", d.Changes(), "took", f.lastTx.String())
 				// The next Verify (the generation moved, so it lists the table) checks it
 				// against what a whole load would have left: the reference listing with the
 				// deltas applied to it, there, off this path.
@@ -109,6 +115,7 @@ func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 				return nil
 			}
 			// Refused as a whole: the table is as it was; a whole load decides.
+			f.Log.Info("ruleset delta not applied, loading the ruleset whole", "changes", d.Changes(), "reason", err.Error())
 		}
 	}
 	// What the old table counted is carried into the totals once it has been replaced.
@@ -121,6 +128,7 @@ func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 		return fmt.Errorf("applying nftables ruleset: %w", err)
 	}
 	f.lastTx = time.Since(t0)
+	f.Log.Info("ruleset applied", "by", "whole load (nft -f)", "took", f.lastTx.String())
 	f.carry(before)
 	f.applied, f.last = ruleset, pathFull
 	f.layout = nil
