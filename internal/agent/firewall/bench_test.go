@@ -142,7 +142,7 @@ func breakdown(b *testing.B, run *netns.Run, sites []site) {
 			*best = el
 		}
 	}
-	ns := run.NS("breakdown")
+	ns := run.NS(fmt.Sprintf("bd%d", n))
 	f := &Firewall{NFT: writeWrapper(b, ns.Name), NetNS: filepath.Join("/run/netns", ns.Name)}
 	b.Cleanup(func() { _ = f.Close() })
 	if err := f.Apply(context.Background(), render(b, benchGateway(sites))); err != nil {
