@@ -153,6 +153,19 @@ func (n *NS) Command(ctx context.Context, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name}, args...)...)
 }
 
+// Wrapper writes an executable (in a test's temporary directory) that runs tool inside the
+// namespace with its arguments: for code under test that runs a binary by path, as the agent
+// runs nft inside its pod.
+func (n *NS) Wrapper(t testing.TB, tool string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), filepath.Base(tool))
+	script := "#!/bin/sh\nexec ip netns exec " + n.Name + " " + tool + " \"$@\"\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // Run runs a command inside the namespace and returns its combined output.
 func (n *NS) Run(args ...string) (string, error) {
 	return n.RunInput("", args...)
