@@ -977,9 +977,16 @@ func labSwanctlConf(s *labSite, remote netip.Prefix) string {
 // initiates (a site with a fixed address).
 func (l *lab) createPeer(s *labSite, exposures ...string) time.Time {
 	l.tb.Helper()
+	return l.createPeerWith(s, []string{s.subnet.String()}, &vpnv1.Authorization{Exposures: exposures})
+}
+
+// createPeerWith creates the site's VPNPeer (and PSK Secret) with the given subnets and
+// authorization block (nil: none), and returns when the VPNPeer was created.
+func (l *lab) createPeerWith(s *labSite, subnets []string, auth *vpnv1.Authorization) time.Time {
+	l.tb.Helper()
 	ctx := context.Background()
 	peer := &vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: s.name}, Spec: vpnv1.VPNPeerSpec{
-		GatewayRef: "gw", Authorization: &vpnv1.Authorization{Exposures: exposures}}}
+		GatewayRef: "gw", Authorization: auth}}
 	if l.proto == vpnv1.ProtocolIPsec {
 		if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: s.name + "-psk"},
 			Data: map[string][]byte{"psk": []byte(s.psk)}}); err != nil {
@@ -987,12 +994,12 @@ func (l *lab) createPeer(s *labSite, exposures ...string) time.Time {
 		}
 		peer.Spec.IPsec = &vpnv1.IPsecPeer{
 			Peer:          vpnv1.IPsecRemote{Address: s.ext.String(), ID: s.name + ".example.com"},
-			RemoteSubnets: []string{s.subnet.String()},
+			RemoteSubnets: subnets,
 			PSKSecretRef:  vpnv1.SecretKeyRef{Name: s.name + "-psk", Key: "psk"},
 		}
 	} else {
 		keepalive := int32(1)
-		peer.Spec.WireGuard = &vpnv1.WireGuardPeer{PublicKey: s.key.PublicKey().String(), Subnets: []string{s.subnet.String()},
+		peer.Spec.WireGuard = &vpnv1.WireGuardPeer{PublicKey: s.key.PublicKey().String(), Subnets: subnets,
 			Endpoint: netip.AddrPortFrom(s.ext, 51821).String(), PersistentKeepalive: &keepalive}
 	}
 	at := time.Now()

@@ -48,7 +48,7 @@ func TestOverlappingDarkPeerReachesNothing(t *testing.T) {
 			// The intruder: no authorization block on a two-peer gateway (NoGrants), its own
 			// subnet plus one inside hq's. Created after hq, it is the younger (within the same
 			// second, "hq" sorts first).
-			createIntruderPeer(t, l, intruder, []string{intruder.subnet.String(), overlapSubnet.String()})
+			l.createPeerWith(intruder, []string{intruder.subnet.String(), overlapSubnet.String()}, nil)
 
 			// The intruder's device claims the overlap as well and has an address in it.
 			intruder.ns.MustRun("ip", "addr", "add", overlapAddr.String()+"/32", "dev", "lo")
@@ -213,32 +213,6 @@ func TestPSKProvesOneIdentity(t *testing.T) {
 		_, err := peerConnected(l.k8sNS, "victim")
 		return err
 	})
-}
-
-// createIntruderPeer creates the site's VPNPeer (and PSK Secret) with the given subnets and
-// no authorization block.
-func createIntruderPeer(t *testing.T, l *lab, s *labSite, subnets []string) {
-	t.Helper()
-	ctx := context.Background()
-	peer := &vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: s.name}, Spec: vpnv1.VPNPeerSpec{GatewayRef: "gw"}}
-	if l.proto == vpnv1.ProtocolIPsec {
-		if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: s.name + "-psk"},
-			Data: map[string][]byte{"psk": []byte(s.psk)}}); err != nil {
-			t.Fatal(err)
-		}
-		peer.Spec.IPsec = &vpnv1.IPsecPeer{
-			Peer:          vpnv1.IPsecRemote{Address: s.ext.String(), ID: s.name + ".example.com"},
-			RemoteSubnets: subnets,
-			PSKSecretRef:  vpnv1.SecretKeyRef{Name: s.name + "-psk", Key: "psk"},
-		}
-	} else {
-		keepalive := int32(1)
-		peer.Spec.WireGuard = &vpnv1.WireGuardPeer{PublicKey: s.key.PublicKey().String(), Subnets: subnets,
-			Endpoint: netip.AddrPortFrom(s.ext, 51821).String(), PersistentKeepalive: &keepalive}
-	}
-	if err := env.Client.Create(ctx, peer); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // ikeSA is the site's established IKE SA to the gateway ("gw: #N"), failing when there is none.
