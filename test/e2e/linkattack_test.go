@@ -15,7 +15,6 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
-	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
 
 // The service cluster of TestPeerClaimingAClusterLinkRange: its range behind the node's
@@ -34,9 +33,10 @@ const (
 	attackReversePort = 9000 // hq's service the service cluster reaches (TCP echo)
 )
 
-// TestPeerClaimingAClusterLinkRange: a hostile peer, created after a ClusterLink is Ready,
-// declares the link's range as its subnet (its tenant also grants it the exposure of a
-// service in that cluster), and its strongSwan proposes the range. The link stays Ready and
+// TestPeerClaimingAClusterLinkRange, IPsec and WireGuard: a hostile peer, created after a
+// ClusterLink is Ready, declares the link's range as its subnet (its tenant also grants it the
+// exposure of a service in that cluster), and its device claims the range (its strongSwan
+// proposes it; its WireGuard device sends from it). The link stays Ready and
 // the peer is dark (SubnetOverlapsClusterRange); its tunnel carries its own subnet only. Then,
 // with real packets:
 //
@@ -46,16 +46,24 @@ const (
 //     to the range) all reach the real service cluster — counted leaving on the fabric, none
 //     into the tunnel, none arriving at the hostile site, which has the service's address
 //     and an echo on its port ready to answer in its place;
-//   - from an address of the range it reaches neither the exposure (TCP, UDP) nor the reverse
-//     exposure's gateway port (nothing arrives at hq's target), and from its own subnet its
-//     packets are dropped and counted on it.
+//   - from an address of the range it reaches neither the exposure (TCP, UDP; nothing arrives
+//     at the service, not even one way) nor the reverse exposure's gateway port (nothing
+//     arrives at hq's target), and from its own subnet its packets are dropped and counted on
+//     it.
 //
-// Without the protection (Authorize's reserved ranges without the ready links) the peer is
-// authorized with the range in its tunnel, charon routes the range into it, and the service
-// cluster's traffic goes to the hostile site.
+// Without the protection (Authorize's reserved ranges without the ready links, and the agent's
+// model.Verify without its internal-source check, which refuses such a model on its own) the
+// peer is authorized with the range in its tunnel, charon routes the range into it, and the
+// service cluster's traffic goes to the hostile site.
 func TestPeerClaimingAClusterLinkRange(t *testing.T) {
+	for _, proto := range []vpnv1.Protocol{vpnv1.ProtocolIPsec, vpnv1.ProtocolWireGuard} {
+		t.Run(string(proto), func(t *testing.T) { testPeerClaimingALinkRange(t, proto) })
+	}
+}
+
+func testPeerClaimingALinkRange(t *testing.T, proto vpnv1.Protocol) {
 	ctx := context.Background()
-	l := newLab(t, vpnv1.ProtocolIPsec, "e2e-link-attack", "")
+	l := newLab(t, proto, uniqueNamespace("e2e-link-attack-"+string(proto)[:2]), "bla")
 	hq, hostile := l.newSite("hq"), l.newSite("hostile")
 
 	// The service cluster on the node's fabric link, with the admin's route to it.
@@ -68,7 +76,6 @@ func TestPeerClaimingAClusterLinkRange(t *testing.T) {
 	svcNS.MustRun("ip", "route", "add", "default", "via", attackFabricGW.String())
 	l.gw.MustRun("ip", "route", "add", attackLinkRange.String(), "via", attackFabricHop.String())
 	echoServers(t, svcNS.Name, attackLinkHost, attackServicePort)
-	echoServers(t, hq.ns.Name, hq.addr, attackReversePort)
 
 	gw := l.addExposures(
 		vpnv1.Exposure{Name: "svc", Target: vpnv1.ExposureTarget{Address: attackLinkHost.String(),
@@ -86,10 +93,12 @@ func TestPeerClaimingAClusterLinkRange(t *testing.T) {
 	agent := l.startAgent()
 	l.waitAgentReady(agent, 30*time.Second)
 	l.configureDevice(hq)
+	echoServers(t, hq.ns.Name, hq.addr, attackReversePort) // on the site's address, which its device may hold
 
 	service := netip.AddrPortFrom(serviceVIP, attackServicePort).String()
-	reverse := netip.AddrPortFrom(attackFabricGW, model.ReverseGatewayPortBase).String() // the node's address, the gateway's port
-	gwSelf := &labSite{name: "gateway", ns: l.gw}                                        // the gateway's (node's) own sockets
+	// The reverse exposure as the service cluster reaches it: the node's address, the gateway's port.
+	reverse := netip.AddrPortFrom(attackFabricGW, model.ReverseGatewayPortBase).String()
+	gwSelf := &labSite{name: "gateway", ns: l.gw} // the gateway's (node's) own sockets
 	legitimate := func(timeout time.Duration) error {
 		if err := hq.tcpRequest(service, timeout); err != nil {
 			return fmt.Errorf("hq -> %s (exposure svc) over TCP: %w", service, err)
@@ -123,6 +132,9 @@ func TestPeerClaimingAClusterLinkRange(t *testing.T) {
 	attracted := hostile.ns.CountPackets("attracted", "prerouting", "ip daddr "+attackLinkRange.String())
 	hostile.claims = []netip.Prefix{attackLinkRange}
 	l.createPeerWith(hostile, []string{hostile.subnet.String(), attackLinkRange.String()}, &vpnv1.Authorization{Exposures: []string{"svc"}})
+	t.Cleanup(func() { // its claim would outlive the lab (envtest keeps namespaces) and refuse the next link
+		_ = env.Client.Delete(context.Background(), &vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: hostile.name}})
+	})
 	l.configureDevice(hostile)
 	waitFor(t, "the hostile site's tunnel up", 60*time.Second, func() error {
 		_, err := peerConnected(l.k8sNS, "hostile")
@@ -146,17 +158,13 @@ func TestPeerClaimingAClusterLinkRange(t *testing.T) {
 	} else {
 		t.Logf("hostile: Authorized=%s/%s: %s", c.Status, c.Reason, c.Message)
 	}
-	sas, err := l.gwCharon.Swanctl("--list-sas")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(sas, hostile.subnet.String()) || strings.Contains(sas, attackLinkRange.String()) {
-		t.Errorf("the gateway's SAs should carry %s and not %s:\n%s", hostile.subnet, attackLinkRange, sas)
+	if sel := l.tunnelSelectors(); !strings.Contains(sel, hostile.subnet.String()) || strings.Contains(sel, attackLinkRange.String()) {
+		t.Errorf("the gateway's tunnels should carry %s and not %s:\n%s", hostile.subnet, attackLinkRange, sel)
 	}
 
 	// (b) Attraction: the service cluster's traffic keeps going to the service cluster.
 	toRange := fmt.Sprintf("ip daddr %s oifname ", attackLinkRange)
-	intoTunnel := l.gw.CountPackets("range_tunnel", "postrouting", toRange+fmt.Sprintf("%q", nft.LibipsecInterface))
+	intoTunnel := l.gw.CountPackets("range_tunnel", "postrouting", toRange+fmt.Sprintf("%q", l.tunnelInterface()))
 	onFabric := l.gw.CountPackets("range_fabric", "postrouting", toRange+`"fab0"`)
 	for i := range 5 {
 		if err := legitimate(2 * time.Second); err != nil {
@@ -176,9 +184,12 @@ func TestPeerClaimingAClusterLinkRange(t *testing.T) {
 
 	// (a) Posing as the service cluster: from an address of the range, through its tunnel.
 	spoofer := &labSite{name: "hostile", ns: hostile.ns, addr: attackLinkSpoof}
-	sent := hostile.ns.OutputCounters(attackLinkSpoof.String(), nft.LibipsecInterface, "ext0")
+	sent := hostile.ns.OutputCounters(attackLinkSpoof.String(), hostile.tunnelInterface(), "ext0")
 	atTarget := hq.ns.CountPackets("reverse_target", "prerouting", fmt.Sprintf("tcp dport %d", attackReversePort))
-	gatewayPort := l.gatewayService(model.ReverseGatewayPortBase) // behind the tunnel: the gateway's service address
+	// Arriving at the service at all: a one-way delivery counts too.
+	atService := svcNS.CountPackets("service", "prerouting", fmt.Sprintf("th dport %d", attackServicePort))
+	// The reverse exposure's port on the gateway's service address, behind the tunnel.
+	gatewayPort := l.gatewayService(model.ReverseGatewayPortBase)
 	drops := dropCounter(t, l.gw, "hostile")
 	for i := range 5 {
 		if err := spoofer.tcpRequest(service, 500*time.Millisecond); err == nil {
@@ -190,12 +201,17 @@ func TestPeerClaimingAClusterLinkRange(t *testing.T) {
 		if err := spoofer.tcpRequest(gatewayPort, 500*time.Millisecond); err == nil {
 			t.Fatalf("attempt %d: %s reached the reverse exposure's port %s from %s", i, hostile.name, gatewayPort, attackLinkSpoof)
 		}
-		if err := hostile.tcpRequest(service, 500*time.Millisecond); err == nil {
-			t.Fatalf("attempt %d: the dark %s reached the exposure svc from its own subnet", i, hostile.name)
-		}
 	}
 	if n := atTarget(); n != 0 {
 		t.Errorf("%d packets arrived at hq's reverse target while only the hostile site sent", n)
+	}
+	if n := atService(); n != 0 {
+		t.Errorf("%d packets arrived at the service while only the hostile site sent", n)
+	}
+	for i := range 3 {
+		if err := hostile.tcpRequest(service, 500*time.Millisecond); err == nil {
+			t.Fatalf("attempt %d: the dark %s reached the exposure svc from its own subnet", i, hostile.name)
+		}
 	}
 	waitFor(t, "the hostile peer's drop counter rises", 10*time.Second, func() error {
 		if after := dropCounter(t, l.gw, "hostile"); after <= drops {
@@ -204,7 +220,7 @@ func TestPeerClaimingAClusterLinkRange(t *testing.T) {
 		return nil
 	})
 	t.Logf("from %s: %d packets sent into the hostile site's tunnel device, %d in the clear; none delivered. From its own subnet: dropped, counted on the peer (%v -> %v)",
-		attackLinkSpoof, sent(nft.LibipsecInterface), sent("ext0"), drops, dropCounter(t, l.gw, "hostile"))
+		attackLinkSpoof, sent(hostile.tunnelInterface()), sent("ext0"), drops, dropCounter(t, l.gw, "hostile"))
 	if err := legitimate(2 * time.Second); err != nil {
 		t.Fatalf("after the attempts: %v", err)
 	}
