@@ -92,7 +92,8 @@ type Snapshot struct {
 	Peers map[string]PeerSnapshot
 	// Spoofed counts the packets from the tunnel whose source is not in the subnets of the
 	// peer whose SA carried them (nft.CounterSpoofed); nil when the ruleset has no such check
-	// (kernel ESP only: userspace ESP and WireGuard tie a source to its tunnel themselves).
+	// (kernel ESP only: with userspace ESP and WireGuard the tunnels' disjoint selectors and
+	// allowed IPs tie a source to its tunnel, uncounted).
 	Spoofed *nft.CounterValue
 }
 
