@@ -53,8 +53,10 @@ const (
 //
 // Without the protection (Authorize's reserved ranges without the ready links, and the agent's
 // model.Verify without its internal-source check, which refuses such a model on its own) the
-// peer is authorized with the range in its tunnel, charon routes the range into it, and the
-// service cluster's traffic goes to the hostile site.
+// peer is authorized with the range in its tunnel and the test fails: with IPsec charon routes
+// the range into that tunnel and the service cluster's traffic goes to the hostile site; with
+// WireGuard the node's route keeps that traffic on the fabric, but the peer's packets from the
+// range reach the service.
 func TestPeerClaimingAClusterLinkRange(t *testing.T) {
 	for _, proto := range []vpnv1.Protocol{vpnv1.ProtocolIPsec, vpnv1.ProtocolWireGuard} {
 		t.Run(string(proto), func(t *testing.T) { testPeerClaimingALinkRange(t, proto) })
