@@ -361,8 +361,12 @@ func printDiagnosis(w io.Writer, dg *diagnosis) {
 			if dg.earlier != nil {
 				how = fmt.Sprintf("twice, %s apart", dg.interval)
 			}
-			fmt.Fprintf(w, "    metrics (read %s through the API server's pod proxy): ruleset repairs %s, configurations rejected %s\n",
-				how, optInt(m.RulesetRepairs), optInt(m.ConfigRejected))
+			spoofed := ""
+			if m.SpoofedDrops != nil {
+				spoofed = ", spoofed sources dropped " + optInt(m.SpoofedDrops)
+			}
+			fmt.Fprintf(w, "    metrics (read %s through the API server's pod proxy): ruleset repairs %s, configurations rejected %s%s\n",
+				how, optInt(m.RulesetRepairs), optInt(m.ConfigRejected), spoofed)
 		} else {
 			fmt.Fprintf(w, "    metrics %s\n", dg.data.metricsErr)
 		}

@@ -214,7 +214,7 @@ func TestAgentMessagesExist(t *testing.T) {
 		}
 	}
 	// and the metric names status and diagnose read
-	for _, m := range []string{metricPeerUp, metricPeerRekeys, metricPeerDrops, metricPeerHandshake, metricRulesetRepairs, metricConfigRejected} {
+	for _, m := range []string{metricPeerUp, metricPeerRekeys, metricPeerDrops, metricPeerHandshake, metricRulesetRepairs, metricConfigRejected, metricSpoofedDrops} {
 		if !strings.Contains(src.String(), `"`+m+`"`) {
 			t.Errorf("the agent no longer exports %s", m)
 		}

@@ -124,13 +124,16 @@ const (
 	metricPeerHandshake  = "bnerd_vpn_peer_last_handshake_timestamp_seconds"
 	metricRulesetRepairs = "bnerd_vpn_ruleset_repairs_total"
 	metricConfigRejected = "bnerd_vpn_config_rejected_total"
+	metricSpoofedDrops   = "bnerd_vpn_spoofed_drops_total"
 )
 
 // agentMetrics is the agent's view of one gateway.
 type agentMetrics struct {
-	// RulesetRepairs and ConfigRejected are nil when the agent does not export them.
+	// RulesetRepairs and ConfigRejected are nil when the agent does not export them;
+	// SpoofedDrops also when the gateway runs no spoof check (only kernel ESP does).
 	RulesetRepairs *int64
 	ConfigRejected *int64
+	SpoofedDrops   *int64
 	Peers          map[string]*peerMetrics
 }
 
@@ -169,6 +172,8 @@ func agentView(samples []sample, namespace, gateway string) *agentMetrics {
 			m.RulesetRepairs = &v
 		case metricConfigRejected:
 			m.ConfigRejected = &v
+		case metricSpoofedDrops:
+			m.SpoofedDrops = &v
 		case metricPeerUp:
 			peer(s.labels["peer"]).Up = s.value == 1
 		case metricPeerRekeys:

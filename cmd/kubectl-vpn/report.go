@@ -313,9 +313,11 @@ type agentReport struct {
 	// Metrics is true when the agent's metrics were read; Error says why not.
 	Metrics bool   `json:"metrics"`
 	Error   string `json:"error,omitempty"`
-	// RulesetRepairs and ConfigRejected from the metrics; null when not read.
+	// RulesetRepairs and ConfigRejected from the metrics; null when not read. SpoofedDrops
+	// (kernel ESP's spoof check) is also null on a gateway without it.
 	RulesetRepairs *int64 `json:"rulesetRepairs"`
 	ConfigRejected *int64 `json:"configRejected"`
+	SpoofedDrops   *int64 `json:"spoofedDrops"`
 }
 
 func condition(conds []metav1.Condition, t string) conditionReport {
@@ -466,7 +468,7 @@ func (d *gatewayData) report(now time.Time) gatewayReport {
 		r.Agent.Error = d.noPod
 	case d.metrics != nil:
 		r.Agent.Pod, r.Agent.Metrics = d.pod.Name, true
-		r.Agent.RulesetRepairs, r.Agent.ConfigRejected = d.metrics.RulesetRepairs, d.metrics.ConfigRejected
+		r.Agent.RulesetRepairs, r.Agent.ConfigRejected, r.Agent.SpoofedDrops = d.metrics.RulesetRepairs, d.metrics.ConfigRejected, d.metrics.SpoofedDrops
 	default:
 		r.Agent.Pod, r.Agent.Error = d.pod.Name, d.metricsErr
 	}

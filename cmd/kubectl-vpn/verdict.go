@@ -500,6 +500,11 @@ func gatewayFindings(e gatewayEvidence) []finding {
 			out = append(out, finding{sevWarning, "RulesetRepaired",
 				fmt.Sprintf("the agent found the gateway's nftables table changed or missing and re-applied it %d times since it started%s", *m.RulesetRepairs, lastEvent("RulesetRepaired")), next})
 		}
+		if m.SpoofedDrops != nil && *m.SpoofedDrops > 0 {
+			out = append(out, finding{sevWarning, "SpoofedTraffic",
+				fmt.Sprintf("%d packets came through a peer's SA from a source outside that peer's subnets (another peer's or no peer's) and were dropped since the agent started", *m.SpoofedDrops),
+				fmt.Sprintf("the counter names no peer: find the client that sends from addresses its VPNPeer does not list (kubectl -n %s get vpnpeers -o yaml, spec.ipsec.remoteSubnets); a LAN renumbered or NAT missing on the client, else a peer passing as another", ns)})
+		}
 		if m.ConfigRejected != nil && *m.ConfigRejected > 0 {
 			cm := children.ConfigMapName(gw.Name)
 			out = append(out, finding{sevWarning, "ConfigRejected",

@@ -90,6 +90,11 @@ type PeerSnapshot struct {
 type Snapshot struct {
 	Taken time.Time
 	Peers map[string]PeerSnapshot
+	// Spoofed counts the packets from the tunnel whose source is not in the subnets of the
+	// peer whose SA carried them (nft.CounterSpoofed); nil when the ruleset has no such check
+	// (kernel ESP only: with userspace ESP and WireGuard the tunnels' disjoint selectors and
+	// allowed IPs tie a source to its tunnel, uncounted).
+	Spoofed *nft.CounterValue
 }
 
 // Engine converges the dataplane to each Update — ruleset first, so no tunnel carries traffic
@@ -232,6 +237,9 @@ func (e *Engine) Refresh(ctx context.Context) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	snap := Snapshot{Taken: time.Now(), Peers: make(map[string]PeerSnapshot, len(b.Model.Peers))}
+	if v, ok := counters[nft.CounterSpoofed]; ok {
+		snap.Spoofed = &v
+	}
 	for _, p := range b.Model.Peers {
 		names := nft.PeerCounters(p.Name)
 		st, ok := states[p.Name]

@@ -177,6 +177,18 @@ func TestEngineSnapshot(t *testing.T) {
 	if len(r.snaps) != 1 {
 		t.Errorf("reported %d snapshots, want 1", len(r.snaps))
 	}
+	// No spoof check in this ruleset (userspace ESP, WireGuard): nothing to report.
+	if snap.Spoofed != nil {
+		t.Errorf("spoofed drops %+v from a ruleset without the counter", *snap.Spoofed)
+	}
+	// Kernel ESP: the gateway-wide counter of sources their SA's peer does not carry.
+	fw.counters[nft.CounterSpoofed] = nft.CounterValue{Packets: 4, Bytes: 336}
+	if snap, err = e.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := snap.Spoofed; s == nil || *s != (nft.CounterValue{Packets: 4, Bytes: 336}) {
+		t.Errorf("spoofed drops %v, want 4 packets, 336 bytes", s)
+	}
 }
 
 type fakeEvents struct {

@@ -47,7 +47,8 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 }
 
 // exported is what the binaries serve on /metrics, from their real registries: the gateway
-// agent's (metrics.NewRegistry, with a peer that has every figure so every series is there)
+// agent's (metrics.NewRegistry, with a peer that has every figure and a kernel-ESP ruleset's
+// spoofed-source counter, so every series is there)
 // and the operator's (controller-runtime's registry after operator.RegisterMetrics, which Run
 // calls before it serves it).
 func exported(t *testing.T) dashboard.Metrics {
@@ -58,7 +59,7 @@ func exported(t *testing.T) dashboard.Metrics {
 		PeerState: agent.PeerState{State: agent.StateEstablished, EstablishedAt: now.Add(-time.Minute), LastHandshake: now,
 			BytesIn: 1, BytesOut: 1, PacketsIn: 1, PacketsOut: 1, Rekeys: 1},
 		Authorized: true, DropsIn: nft.CounterValue{Packets: 1, Bytes: 1}, DropsOut: nft.CounterValue{Packets: 1, Bytes: 1},
-	}}}
+	}}, Spoofed: &nft.CounterValue{Packets: 1, Bytes: 1}}
 	agentReg := agentmetrics.NewRegistry(&agentmetrics.Collector{Namespace: "acme", Gateway: "gw",
 		Snapshot: func() agent.Snapshot { return snap }, Repairs: func() uint64 { return 0 }, Rejected: func() uint64 { return 0 }})
 	if err := m.AddGathered(agentReg); err != nil {

@@ -153,6 +153,19 @@ func (n *NS) Command(ctx context.Context, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name}, args...)...)
 }
 
+// Wrapper writes an executable (in a test's temporary directory) that runs tool inside the
+// namespace with its arguments: for code under test that runs a binary by path, as the agent
+// runs nft inside its pod.
+func (n *NS) Wrapper(t testing.TB, tool string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), filepath.Base(tool))
+	script := "#!/bin/sh\nexec ip netns exec " + n.Name + " " + tool + " \"$@\"\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // Run runs a command inside the namespace and returns its combined output.
 func (n *NS) Run(args ...string) (string, error) {
 	return n.RunInput("", args...)
@@ -377,17 +390,41 @@ func (n *NS) OutputCounters(src string, ifaces ...string) func(iface string) int
 	}
 	return func(iface string) int {
 		n.t.Helper()
-		out := n.MustRun("nft", "list", "counter", "inet", "probe", "via_"+iface)
-		i := strings.Index(out, "packets ")
-		if i < 0 {
-			n.t.Fatalf("%s: counter via_%s: %s", n.Name, iface, out)
-		}
-		v, err := strconv.Atoi(strings.Fields(out[i+len("packets "):])[0])
-		if err != nil {
-			n.t.Fatalf("%s: counter via_%s: %s", n.Name, iface, out)
-		}
-		return v
+		return n.counterPackets("probe", "via_"+iface)
 	}
+}
+
+// CountPackets installs in the namespace a counter of the packets that match rule (nft syntax,
+// e.g. `ip daddr 100.72.0.0/24`) at hook (prerouting, input, forward, output, postrouting),
+// ahead of every other chain there, in a table of its own (inet count_<name>), and returns a
+// reader of how many packets it has counted.
+func (n *NS) CountPackets(name, hook, rule string) func() int {
+	n.t.Helper()
+	table := "count_" + name
+	ruleset := fmt.Sprintf("table inet %s {\n  counter %s {}\n  chain c {\n    type filter hook %s priority -400; policy accept;\n    %s counter name %q\n  }\n}\n",
+		table, name, hook, rule, name)
+	if out, err := n.RunInput(ruleset, "nft", "-f", "-"); err != nil {
+		n.t.Fatalf("%s: nft: %v\n%s", n.Name, err, out)
+	}
+	return func() int {
+		n.t.Helper()
+		return n.counterPackets(table, name)
+	}
+}
+
+// counterPackets is the packet count of the named counter of table inet table.
+func (n *NS) counterPackets(table, name string) int {
+	n.t.Helper()
+	out := n.MustRun("nft", "list", "counter", "inet", table, name)
+	i := strings.Index(out, "packets ")
+	if i < 0 {
+		n.t.Fatalf("%s: counter %s: %s", n.Name, name, out)
+	}
+	v, err := strconv.Atoi(strings.Fields(out[i+len("packets "):])[0])
+	if err != nil {
+		n.t.Fatalf("%s: counter %s: %s", n.Name, name, out)
+	}
+	return v
 }
 
 // Do runs f on an OS thread switched into the named network namespace (/run/netns/NAME), so

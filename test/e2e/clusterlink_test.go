@@ -101,21 +101,7 @@ func TestClusterLinkServiceCluster(t *testing.T) {
 		t.Fatalf("the reverse exposure answered the service cluster before any ClusterLink: %q", out)
 	}
 
-	link := &ipsecv1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: ns + "-svc"},
-		Spec: ipsecv1.ClusterLinkSpec{CIDRs: []string{"100.72.0.0/24"}, Via: "198.51.100.202"}}
-	if err := env.Client.Create(ctx, link); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), link) })
-	waitFor(t, "the ClusterLink Ready", 20*time.Second, func() error {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(link), link); err != nil {
-			return err
-		}
-		if !meta.IsStatusConditionTrue(link.Status.Conditions, "Ready") {
-			return fmt.Errorf("conditions %+v", link.Status.Conditions)
-		}
-		return nil
-	})
+	link := createReadyLink(t, ns+"-svc", netip.MustParsePrefix("100.72.0.0/24"), "198.51.100.202")
 	waitFor(t, "a workload in the service cluster reaches the reverse exposure", 30*time.Second, func() error {
 		if out, err := request(svc, reverse); err != nil || out != "erp-ok" {
 			return fmt.Errorf("%v %q", err, out)
@@ -141,4 +127,27 @@ func TestClusterLinkServiceCluster(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// createReadyLink creates the ClusterLink name (range cidr via the next hop via; deleted at
+// cleanup) and returns it once it is Ready.
+func createReadyLink(t *testing.T, name string, cidr netip.Prefix, via string) *ipsecv1.ClusterLink {
+	t.Helper()
+	ctx := context.Background()
+	link := &ipsecv1.ClusterLink{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: ipsecv1.ClusterLinkSpec{CIDRs: []string{cidr.String()}, Via: via}}
+	if err := env.Client.Create(ctx, link); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), link) })
+	waitFor(t, "the ClusterLink "+name+" Ready", 20*time.Second, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(link), link); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(link.Status.Conditions, "Ready") {
+			return fmt.Errorf("conditions %+v", link.Status.Conditions)
+		}
+		return nil
+	})
+	return link
 }

@@ -44,6 +44,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
+	"golang.zx2c4.com/wireguard/wgctrl"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
@@ -862,6 +863,45 @@ func hostNetworkWGDevice(namespace, name string) string {
 		Endpoint: model.Endpoint{Kind: model.EndpointHostNetwork}})
 }
 
+// tunnelInterface is where the gateway's decrypted tunnel traffic enters and leaves: the
+// kernel-libipsec TUN device (IPsec) or the gateway's WireGuard device.
+func (l *lab) tunnelInterface() string {
+	if l.proto == vpnv1.ProtocolIPsec {
+		return nft.LibipsecInterface
+	}
+	return l.wgDevice()
+}
+
+// tunnelSelectors is what the gateway's tunnels carry, as text: charon's SAs (IPsec), or each
+// WireGuard peer's allowed IPs from the gateway's device (through its UAPI socket), a line
+// per prefix after the first 8 characters of the peer's key.
+func (l *lab) tunnelSelectors() string {
+	l.tb.Helper()
+	if l.proto == vpnv1.ProtocolIPsec {
+		sas, err := l.gwCharon.Swanctl("--list-sas")
+		if err != nil {
+			l.tb.Fatal(err)
+		}
+		return sas
+	}
+	wc, err := wgctrl.New()
+	if err != nil {
+		l.tb.Fatal(err)
+	}
+	defer wc.Close()
+	dev, err := wc.Device(l.wgDevice())
+	if err != nil {
+		l.tb.Fatal(err)
+	}
+	var dump []string
+	for _, p := range dev.Peers {
+		for _, a := range p.AllowedIPs {
+			dump = append(dump, p.PublicKey.String()[:8]+" "+a.String())
+		}
+	}
+	return strings.Join(dump, "\n")
+}
+
 // agentGet does an HTTP GET on the agent's metrics listener (inside the gateway's namespace).
 func (l *lab) agentGet(path string) (int, string, error) {
 	c, err := dialIn(l.gw.Name, "tcp", netip.Addr{}, "127.0.0.1:9090", 2*time.Second)
@@ -935,6 +975,15 @@ func (l *lab) namespace(short string) (ns *netns.NS, cns *charontest.Netns) {
 	return l.nrun.NS(short), nil
 }
 
+// tunnelInterface is the site's own tunnel device, once configured: its WireGuard device or
+// its charon's kernel-libipsec TUN device.
+func (s *labSite) tunnelInterface() string {
+	if s.wg != nil {
+		return s.wg.Interface
+	}
+	return nft.LibipsecInterface
+}
+
 // configureDevice configures the site's own device toward the gateway, as its owner would
 // from our parameter sheet (the gateway need not know the site yet).
 func (l *lab) configureDevice(s *labSite) {
@@ -977,9 +1026,16 @@ func labSwanctlConf(s *labSite, remote netip.Prefix) string {
 // initiates (a site with a fixed address).
 func (l *lab) createPeer(s *labSite, exposures ...string) time.Time {
 	l.tb.Helper()
+	return l.createPeerWith(s, []string{s.subnet.String()}, &vpnv1.Authorization{Exposures: exposures})
+}
+
+// createPeerWith creates the site's VPNPeer (and PSK Secret) with the given subnets and
+// authorization block (nil: none), and returns when the VPNPeer was created.
+func (l *lab) createPeerWith(s *labSite, subnets []string, auth *vpnv1.Authorization) time.Time {
+	l.tb.Helper()
 	ctx := context.Background()
 	peer := &vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: s.name}, Spec: vpnv1.VPNPeerSpec{
-		GatewayRef: "gw", Authorization: &vpnv1.Authorization{Exposures: exposures}}}
+		GatewayRef: "gw", Authorization: auth}}
 	if l.proto == vpnv1.ProtocolIPsec {
 		if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: s.name + "-psk"},
 			Data: map[string][]byte{"psk": []byte(s.psk)}}); err != nil {
@@ -987,12 +1043,12 @@ func (l *lab) createPeer(s *labSite, exposures ...string) time.Time {
 		}
 		peer.Spec.IPsec = &vpnv1.IPsecPeer{
 			Peer:          vpnv1.IPsecRemote{Address: s.ext.String(), ID: s.name + ".example.com"},
-			RemoteSubnets: []string{s.subnet.String()},
+			RemoteSubnets: subnets,
 			PSKSecretRef:  vpnv1.SecretKeyRef{Name: s.name + "-psk", Key: "psk"},
 		}
 	} else {
 		keepalive := int32(1)
-		peer.Spec.WireGuard = &vpnv1.WireGuardPeer{PublicKey: s.key.PublicKey().String(), Subnets: []string{s.subnet.String()},
+		peer.Spec.WireGuard = &vpnv1.WireGuardPeer{PublicKey: s.key.PublicKey().String(), Subnets: subnets,
 			Endpoint: netip.AddrPortFrom(s.ext, 51821).String(), PersistentKeepalive: &keepalive}
 	}
 	at := time.Now()

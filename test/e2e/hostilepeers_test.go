@@ -16,7 +16,6 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"golang.zx2c4.com/wireguard/wgctrl"
 )
 
 // Hostile peers (DESIGN.md "Security model"), with real daemons and real packets.
@@ -48,7 +47,7 @@ func TestOverlappingDarkPeerReachesNothing(t *testing.T) {
 			// The intruder: no authorization block on a two-peer gateway (NoGrants), its own
 			// subnet plus one inside hq's. Created after hq, it is the younger (within the same
 			// second, "hq" sorts first).
-			createIntruderPeer(t, l, intruder, []string{intruder.subnet.String(), overlapSubnet.String()})
+			l.createPeerWith(intruder, []string{intruder.subnet.String(), overlapSubnet.String()}, nil)
 
 			// The intruder's device claims the overlap as well and has an address in it.
 			intruder.ns.MustRun("ip", "addr", "add", overlapAddr.String()+"/32", "dev", "lo")
@@ -74,35 +73,8 @@ func TestOverlappingDarkPeerReachesNothing(t *testing.T) {
 				}
 			}
 			// Its tunnel carries no selector for the overlap.
-			if proto == vpnv1.ProtocolIPsec {
-				sas, err := l.gwCharon.Swanctl("--list-sas")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !strings.Contains(sas, intruder.subnet.String()) || strings.Contains(sas, overlapSubnet.String()) {
-					t.Fatalf("the gateway's SAs should carry %s and not %s:\n%s", intruder.subnet, overlapSubnet, sas)
-				}
-			} else {
-				// The gateway's userspace device, through its UAPI socket.
-				wc, err := wgctrl.New()
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer wc.Close()
-				dev, err := wc.Device(l.wgDevice())
-				if err != nil {
-					t.Fatal(err)
-				}
-				var dump []string
-				for _, p := range dev.Peers {
-					for _, a := range p.AllowedIPs {
-						dump = append(dump, p.PublicKey.String()[:8]+" "+a.String())
-					}
-				}
-				all := strings.Join(dump, "\n")
-				if !strings.Contains(all, intruder.subnet.String()) || strings.Contains(all, overlapSubnet.String()) {
-					t.Fatalf("the gateway's allowed IPs should carry %s and not %s:\n%s", intruder.subnet, overlapSubnet, all)
-				}
+			if sel := l.tunnelSelectors(); !strings.Contains(sel, intruder.subnet.String()) || strings.Contains(sel, overlapSubnet.String()) {
+				t.Fatalf("the gateway's tunnels should carry %s and not %s:\n%s", intruder.subnet, overlapSubnet, sel)
 			}
 
 			// From its own subnet: refused and counted on the intruder.
@@ -213,32 +185,6 @@ func TestPSKProvesOneIdentity(t *testing.T) {
 		_, err := peerConnected(l.k8sNS, "victim")
 		return err
 	})
-}
-
-// createIntruderPeer creates the site's VPNPeer (and PSK Secret) with the given subnets and
-// no authorization block.
-func createIntruderPeer(t *testing.T, l *lab, s *labSite, subnets []string) {
-	t.Helper()
-	ctx := context.Background()
-	peer := &vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: s.name}, Spec: vpnv1.VPNPeerSpec{GatewayRef: "gw"}}
-	if l.proto == vpnv1.ProtocolIPsec {
-		if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: s.name + "-psk"},
-			Data: map[string][]byte{"psk": []byte(s.psk)}}); err != nil {
-			t.Fatal(err)
-		}
-		peer.Spec.IPsec = &vpnv1.IPsecPeer{
-			Peer:          vpnv1.IPsecRemote{Address: s.ext.String(), ID: s.name + ".example.com"},
-			RemoteSubnets: subnets,
-			PSKSecretRef:  vpnv1.SecretKeyRef{Name: s.name + "-psk", Key: "psk"},
-		}
-	} else {
-		keepalive := int32(1)
-		peer.Spec.WireGuard = &vpnv1.WireGuardPeer{PublicKey: s.key.PublicKey().String(), Subnets: subnets,
-			Endpoint: netip.AddrPortFrom(s.ext, 51821).String(), PersistentKeepalive: &keepalive}
-	}
-	if err := env.Client.Create(ctx, peer); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // ikeSA is the site's established IKE SA to the gateway ("gw: #N"), failing when there is none.

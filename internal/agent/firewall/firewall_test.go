@@ -2,8 +2,6 @@ package firewall
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,13 +73,7 @@ func TestApplyCountersAndFailure(t *testing.T) {
 
 // writeWrapper returns an "nft" that runs inside the namespace.
 func writeWrapper(t testing.TB, ns string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "nft")
-	script := "#!/bin/sh\nexec ip netns exec " + ns + " nft \"$@\"\n"
-	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return netns.Open(t, ns).Wrapper(t, "nft")
 }
 
 // driftRuleset has the rendered table's parts: named counters, an interval map to counters, an

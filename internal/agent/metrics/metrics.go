@@ -1,5 +1,5 @@
-// Package metrics exposes the gateway's per-peer tunnel and authorization figures, and its
-// ruleset repairs, to Prometheus. Labels are names only (namespace, gateway, peer, direction):
+// Package metrics exposes the gateway's per-peer tunnel and authorization figures, its
+// ruleset repairs and (kernel ESP) its spoofed-source drops, to Prometheus. Labels are names only (namespace, gateway, peer, direction):
 // never a key.
 package metrics
 
@@ -45,6 +45,11 @@ var (
 	descRejected = prometheus.NewDesc("bnerd_vpn_config_rejected_total",
 		"Gateway configurations the agent refused (anything but a model that verifies); the last good one stays applied.", gwLabels, nil)
 
+	descSpoofed = prometheus.NewDesc("bnerd_vpn_spoofed_drops_total",
+		"Packets from the tunnel dropped because their source is not in the subnets of the peer whose SA carried them: a peer sending from another peer's or no peer's addresses (kernel ESP only).", gwLabels, nil)
+	descSpoofedBytes = prometheus.NewDesc("bnerd_vpn_spoofed_dropped_bytes_total",
+		"Bytes of the packets counted in bnerd_vpn_spoofed_drops_total.", gwLabels, nil)
+
 	descUp         = prometheus.NewDesc("bnerd_vpn_peer_up", "1 when the peer's tunnel is established.", labels, nil)
 	descAuthorized = prometheus.NewDesc("bnerd_vpn_peer_authorized", "1 when the peer holds a valid grant.", labels, nil)
 	descBytes      = prometheus.NewDesc("bnerd_vpn_peer_bytes_total", "Bytes through the peer's tunnel.", dirLabels, nil)
@@ -58,7 +63,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descAuthorized, descBytes, descPackets, descEstab, descRekeys, descHandshake, descDrops, descDropBytes, descRepairs, descRejected} {
+	for _, d := range []*prometheus.Desc{descUp, descAuthorized, descBytes, descPackets, descEstab, descRekeys, descHandshake, descDrops, descDropBytes, descRepairs, descRejected, descSpoofed, descSpoofedBytes} {
 		ch <- d
 	}
 }
@@ -72,6 +77,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(c.Rejected()), c.Namespace, c.Gateway)
 	}
 	snap := c.Snapshot()
+	if s := snap.Spoofed; s != nil {
+		ch <- prometheus.MustNewConstMetric(descSpoofed, prometheus.CounterValue, float64(s.Packets), c.Namespace, c.Gateway)
+		ch <- prometheus.MustNewConstMetric(descSpoofedBytes, prometheus.CounterValue, float64(s.Bytes), c.Namespace, c.Gateway)
+	}
 	for name, p := range snap.Peers {
 		l := []string{c.Namespace, c.Gateway, name}
 		in, out := append(l[:3:3], "in"), append(l[:3:3], "out")
