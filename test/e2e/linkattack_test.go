@@ -210,6 +210,22 @@ func testPeerClaimingALinkRange(t *testing.T, proto vpnv1.Protocol) {
 	if n := atService(); n != 0 {
 		t.Errorf("%d packets arrived at the service while only the hostile site sent", n)
 	}
+	// (c) Posing as the service cluster in the clear, from the internet: connections from an
+	// address of the range sent to the node's public address and the reverse exposure's gateway
+	// port. The gateway shares the node's namespace, where reverse clients arrive on any device
+	// but the tunnel's; the strict reverse-path check admits them only on the device the node
+	// routes their source through (the fabric). Without it every SYN reached hq's target.
+	public := netip.AddrPortFrom(labGatewayAddr, model.ReverseGatewayPortBase).String()
+	for i := range 3 {
+		if err := spoofer.tcpRequest(public, 500*time.Millisecond); err == nil {
+			t.Fatalf("attempt %d: %s reached the reverse exposure at %s in the clear from %s", i, hostile.name, public, attackLinkSpoof)
+		}
+	}
+	if n := atTarget(); n != 0 {
+		t.Errorf("%d packets from %s sent in the clear to %s arrived at hq's reverse target", n, attackLinkSpoof, public)
+	} else {
+		t.Logf("from %s in the clear to the node's %s: %d packets out of ext0, none arrived at hq's target", attackLinkSpoof, public, sent("ext0"))
+	}
 	for i := range 3 {
 		if err := hostile.tcpRequest(service, 500*time.Millisecond); err == nil {
 			t.Fatalf("attempt %d: the dark %s reached the exposure svc from its own subnet", i, hostile.name)

@@ -20,7 +20,8 @@
 //     and is DNATed through the map fwd_dnat; nothing else from the tunnel is translated. A
 //     packet on the cluster interface to a local address, from reverse_clients (the pods of the
 //     gateway's tenant), on a gateway port in rev_dnat gets ct mark MarkReverse and is DNATed
-//     to the reverse target.
+//     to the reverse target. On the node (host network) the clients arrive on any device but
+//     the tunnel's, and only on the one the node routes their source through (strictSource).
 //   - route_mark (prerouting, after the DNAT) and route_mark_out (output, type route): every
 //     packet of a MarkForward or MarkReverse flow gets the packet mark RouteMark, the only
 //     packets for which charon's routes into the tunnel (table 220) are consulted.
@@ -267,6 +268,13 @@ func (p *plan) serviceKeyed() bool {
 	}
 	return slices.ContainsFunc(p.reverse, func(r reversePort) bool { return r.serviceIP.IsValid() })
 }
+
+// strictSource admits a packet only when the node routes its source back out of the device
+// it came in on (a strict reverse-path check). On the node (host network) a reverse client's
+// packet may arrive on any device but the tunnel's — the CNI's, the fabric's towards a
+// ClusterLink — so the source address alone would also admit a forged internal source sent
+// to the node's public address from the uplink, whatever the node's rp_filter says.
+const strictSource = "fib saddr . iif oif exists "
 
 // reqidSource is one subnet a peer's SAs (reqid) carry.
 type reqidSource struct {
@@ -727,7 +735,7 @@ func (p *plan) write() string {
 		w("\tchain reverse_service {\n\t\ttype nat hook prerouting priority -110; policy accept;\n")
 		match, ret := p.notFromTunnel()
 		b.WriteString(ret)
-		w("\t\t%sip saddr @reverse_clients ip daddr . meta l4proto . th dport @rev_svc_keys ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @rev_svc_dnat\n", match, MarkReverse)
+		w("\t\t%s%sip saddr @reverse_clients ip daddr . meta l4proto . th dport @rev_svc_keys ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @rev_svc_dnat\n", match, strictSource, MarkReverse)
 		w("\t}\n")
 	}
 	w("\n\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n")
@@ -742,6 +750,7 @@ func (p *plan) write() string {
 			var ret string
 			from, ret = p.notFromTunnel()
 			b.WriteString(ret)
+			from += strictSource
 		}
 		w("\t\t%sfib daddr type local ip saddr @reverse_clients meta l4proto . th dport @rev_ports ct mark set 0x%08x dnat ip to meta l4proto . th dport map @rev_dnat\n", from, MarkReverse)
 	}
