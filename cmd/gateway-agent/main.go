@@ -161,6 +161,7 @@ type runOptions struct {
 	metricsAddr           string
 	statusInterval        time.Duration
 	verifyInterval        time.Duration
+	teardownWait          time.Duration
 	render                render.Options
 	drivers               driverOptions
 }
@@ -206,6 +207,7 @@ func runCommand() *cobra.Command {
 	f.StringVar(&o.metricsAddr, "metrics-addr", ":9090", "address of /metrics, /healthz and /readyz (empty disables)")
 	f.DurationVar(&o.statusInterval, "status-interval", 15*time.Second, "shortest time between two VPNPeer status writes that only update counters (state changes are written at once)")
 	f.DurationVar(&o.verifyInterval, "ruleset-check-interval", time.Second, "how often the nftables ruleset is checked against the one applied and re-applied when it was deleted or changed")
+	f.DurationVar(&o.teardownWait, "teardown-wait", model.TeardownWait, "how long a stopping host-network agent waits for its tunnels to go before it takes the gateway's ruleset and address off the node (still up: the agent alone is restarting, and all stays); inside the pod's termination grace period")
 	f.BoolVar(&o.render.UserspaceDataplane, "userspace-dataplane", false, "the gateway runs userspace ESP (kernel-libipsec) instead of kernel ESP")
 	o.drivers.bindFlags(f)
 	return cmd
@@ -293,18 +295,14 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	if ctx.Err() != nil {
 		// Stopped by a signal: the pod is going (or the agent alone restarting). A host-network
 		// gateway takes its ruleset and addresses off the node once its tunnels are gone.
-		tctx, cancel := context.WithTimeout(context.Background(), teardownWait+time.Second)
+		tctx, cancel := context.WithTimeout(context.Background(), o.teardownWait+time.Second)
 		defer cancel()
-		if terr := engine.TearDown(tctx, teardownWait); terr != nil {
+		if terr := engine.TearDown(tctx, o.teardownWait); terr != nil {
 			log.Error(terr, "removing the gateway's ruleset and addresses from the node")
 		}
 	}
 	return errors.Join(err, closeErr)
 }
-
-// teardownWait bounds how long a stopping agent waits for the tunnels to go before it removes
-// a host-network gateway's ruleset (well inside the pod's termination grace period).
-const teardownWait = 5 * time.Second
 
 func metricsServer(o runOptions, e *agent.Engine, rejected func() uint64) *http.Server {
 	reg := metrics.NewRegistry(&metrics.Collector{Namespace: o.namespace, Gateway: o.gateway, Snapshot: e.Last, Repairs: e.Repairs, Rejected: rejected})

@@ -273,7 +273,7 @@ func (g *kernelGW) startAgent(first bool) {
 		g.t.Logf("gateway-agent init: ruleset and startup gate installed in the node's namespace")
 	}
 	g.agent = g.node.Start(g.agentBin, "run", "--config-dir", g.cfgDir, "--secrets-dir", g.secDir,
-		"--vici-socket", g.charon.URI(), "--metrics-addr", "", "--ruleset-check-interval", "500ms")
+		"--vici-socket", g.charon.URI(), "--metrics-addr", "", "--ruleset-check-interval", "500ms", "--teardown-wait", "5s")
 	waitUntil(g.t, "agent applied the configuration", 60*time.Second, func() error {
 		if g.agent.Exited() {
 			g.t.Fatalf("agent exited:\n%s", g.agent.Output())

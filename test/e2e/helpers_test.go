@@ -816,7 +816,9 @@ func (l *lab) startAgent(extra ...string) *netns.Process {
 	l.tb.Helper()
 	args := []string{"env", "KUBECONFIG=" + l.kubeconfig, agentBin, "run", "--userspace-dataplane",
 		"--gateway", "gw", "--namespace", l.k8sNS, "--metrics-addr", "127.0.0.1:9090", "--status-interval", "1s",
-		"--zap-time-encoding", "rfc3339nano"}
+		"--zap-time-encoding", "rfc3339nano",
+		// The tests stop the agent alone while charon runs: it keeps the ruleset after this.
+		"--teardown-wait", "5s"}
 	if l.proto == vpnv1.ProtocolIPsec {
 		args = append(args, "--vici-socket", l.gwCharon.URI())
 	} else {

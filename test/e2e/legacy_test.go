@@ -106,7 +106,7 @@ func TestLegacyIPsecGatewayTwoTunnels(t *testing.T) {
 	agentProc := gwNS.Start("env", "KUBECONFIG="+kubeconfig, agentBin, "run", "--userspace-dataplane",
 		"--gateway", "gw", "--gateway-kind", model.KindIPsecGateway, "--namespace", ns,
 		"--config-map", children.ConfigMapNameFor(model.KindIPsecGateway, "gw"),
-		"--metrics-addr", "127.0.0.1:9090", "--status-interval", "1s", "--vici-socket", gwCharon.URI())
+		"--metrics-addr", "127.0.0.1:9090", "--status-interval", "1s", "--teardown-wait", "5s", "--vici-socket", gwCharon.URI())
 	for _, s := range sites {
 		s.charon = charontest.Start(t, s.cns, s.name, charontest.Config{})
 		if err := s.charon.LoadSwanctlConf(labSwanctlConf(s, serviceCIDR)); err != nil {

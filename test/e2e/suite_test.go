@@ -220,7 +220,7 @@ func gatewayAgent(t *testing.T, ns *netns.NS, namespace, gateway string, extra .
 	port := apiProxy(t, ns)
 	kubeconfig := serviceAccountKubeconfig(t, namespace, children.Name(gateway), port)
 	args := append([]string{"env", "KUBECONFIG=" + kubeconfig, agentBin, "run", "--userspace-dataplane",
-		"--gateway", gateway, "--namespace", namespace, "--metrics-addr", "127.0.0.1:9090", "--status-interval", "1s"}, extra...)
+		"--gateway", gateway, "--namespace", namespace, "--metrics-addr", "127.0.0.1:9090", "--status-interval", "1s", "--teardown-wait", "5s"}, extra...)
 	if slices.Contains(extra, "userspace") {
 		removeUAPISocketAtCleanup(t, nft.WireGuardInterface, hostNetworkWGDevice(namespace, gateway))
 	}

@@ -542,7 +542,7 @@ func TestDeploymentShape(t *testing.T) {
 				}
 			}
 			pod := d.Template.Spec
-			if *pod.TerminationGracePeriodSeconds != 10 {
+			if *pod.TerminationGracePeriodSeconds != 30 {
 				t.Errorf("terminationGracePeriodSeconds %d", *pod.TerminationGracePeriodSeconds)
 			}
 

@@ -2,6 +2,7 @@ package children
 
 import (
 	"strconv"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -23,9 +24,10 @@ const (
 	capNetRaw         corev1.Capability = "NET_RAW"
 )
 
-// terminationGracePeriod is short: charon and the agent shut down in well under a second and
-// a Recreate rollout should not keep the tunnel down longer than necessary.
-const terminationGracePeriod int64 = 10
+// terminationGracePeriod (model.GatewayTerminationGrace): charon and the agent normally stop
+// within a second, so it only bounds a slow stop, during which a host-network agent waits for
+// its tunnels to go before it removes its ruleset (model.TeardownWait).
+const terminationGracePeriod = int64(model.GatewayTerminationGrace / time.Second)
 
 // ContainerCapabilities returns the capabilities a container of the gateway's pod adds after
 // dropping ALL, by container name (nil for a container the pod does not have).
