@@ -132,15 +132,6 @@ func Split(ruleset string) (Layout, error) {
 			start := len(all)
 			all = append(all, set.Elements...) // a second block goes on from the first
 			for {
-				// The renderer's usual line, one element and its comma, takes one pass.
-				if e, ok := oneElement(part); ok {
-					all = append(all, e)
-					set.Elements = all[start:len(all):len(all)]
-					if part, ok = next(); !ok {
-						return Layout{}, fmt.Errorf("set %s: elements block not closed", set.Name)
-					}
-					continue
-				}
 				if at := strings.IndexByte(part, '#'); at >= 0 {
 					part = part[:at]
 				}
@@ -172,35 +163,6 @@ func Split(ruleset string) (Layout, error) {
 	}
 	l.Structure = strings.Join(structure, "\n")
 	return l, nil
-}
-
-// oneElement returns the element of a line that holds exactly one element followed by its
-// comma — tabs before it, single spaces within, nothing after — as the renderer writes all but a
-// set's last: the common case, read in one pass. Any other line is not (ok false), and the
-// general reading takes it.
-func oneElement(line string) (string, bool) {
-	i := 0
-	for i < len(line) && line[i] == '\t' {
-		i++
-	}
-	if i == len(line) || line[i] == ' ' || line[len(line)-1] != ',' {
-		return "", false
-	}
-	e := line[i : len(line)-1]
-	if e == "" || e[len(e)-1] == ' ' {
-		return "", false
-	}
-	for j := 0; j < len(e); j++ {
-		switch c := e[j]; c {
-		case ',', '#', '{', '}', '\t', '\r', '\n':
-			return "", false
-		case ' ':
-			if e[j+1] == ' ' { // e does not end with a blank: j+1 is inside e
-				return "", false
-			}
-		}
-	}
-	return e, true
 }
 
 // singleSpaced reports whether s has no blank but single spaces (s holds no line break).

@@ -203,27 +203,6 @@ func BenchmarkDiff(b *testing.B) {
 	}
 }
 
-// TestOneElement: the one-pass reading takes only the lines the general one would read as that
-// same single element; every other line is left to it.
-func TestOneElement(t *testing.T) {
-	for line, want := range map[string]string{
-		"\t\t\t100.96.0.0/30 : \"peer_a_in\",":            "100.96.0.0/30 : \"peer_a_in\"",
-		"\t\t\t203.0.113.0/28 . 100.64.7.10 . tcp . 443,": "203.0.113.0/28 . 100.64.7.10 . tcp . 443",
-	} {
-		if got, ok := oneElement(line); !ok || got != want {
-			t.Errorf("oneElement(%q) = %q, %v", line, got, ok)
-		}
-	}
-	for _, line := range []string{
-		"\t\t\t10.0.0.1, 10.0.0.2,", "\t\t\t10.0.0.1  : \"x\",", "\t\t\t10.0.0.1 ,", " 10.0.0.1,", "\t\t\t10.0.0.1 # note,",
-		"\t\t\t10.0.0.1 }", "\t\t\t10.0.0.1", "\t\t\t,", "\t\t\t10.0.0.1\t: \"x\",", "\t\t\t10.0.0.1 },",
-	} {
-		if got, ok := oneElement(line); ok {
-			t.Errorf("oneElement(%q) took %q", line, got)
-		}
-	}
-}
-
 // TestChangesApplied: whatever the two lists (elements added, deleted, moved, a map value
 // changed), deleting del from old and then adding add yields exactly new, and no element is
 // deleted that new keeps in step or added that old already had in step.
