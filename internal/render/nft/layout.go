@@ -101,12 +101,12 @@ func Split(ruleset string) (Layout, error) {
 			continue
 		}
 		if set == nil {
-			if name, ok := declared(line, "counter "); ok && strings.HasPrefix(line, "counter "+name+" {") && strings.HasSuffix(line, "}") {
+			if name, ok := declared(line, "counter "); ok && strings.HasPrefix(line[len("counter ")+len(name):], " {") && strings.HasSuffix(line, "}") {
 				l.Counters = append(l.Counters, name)
 				continue
 			}
 			for _, kind := range []string{"set ", "map "} {
-				if name, ok := declared(line, kind); ok && line == kind+name+" {" {
+				if name, ok := declared(line, kind); ok && line[len(kind)+len(name):] == " {" {
 					l.Sets = append(l.Sets, SetContents{Name: name, Map: kind == "map "})
 					set = &l.Sets[len(l.Sets)-1]
 				}
@@ -137,11 +137,13 @@ func Split(ruleset string) (Layout, error) {
 				}
 				part = strings.TrimSpace(part)
 				closed := strings.HasSuffix(part, "}")
+				// The renderer writes single-spaced lines: checked once a line, not per element.
+				clean := singleSpaced(part)
 				for e := range strings.SplitSeq(strings.TrimSuffix(part, "}"), ",") {
 					if e = strings.TrimSpace(e); e == "" {
 						continue
 					}
-					if !singleSpaced(e) {
+					if !clean && !singleSpaced(e) {
 						e = strings.Join(strings.Fields(e), " ")
 					}
 					all = append(all, e)
