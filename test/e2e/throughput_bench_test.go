@@ -139,45 +139,49 @@ func benchThroughput(b *testing.B, proto vpnv1.Protocol) {
 		return nil
 	})
 	natVIP := handNATVIP(lanNet)
-	nat := handNATRuleset(natVIP, labBackend, handNATPort)
-	var handRate, natRate, agentRate float64
-	state := "agent" // whose rules are loaded: "agent", "hand" (none) or "nat"
-	enter := func(want string) {
-		if state == want {
+	hv := &tputVariant{path: handPath, server: labBackend.String(), port: handIperfPort}
+	nv := &tputVariant{path: handPath, server: natVIP.String(), port: handNATPort, rules: handNATRuleset(natVIP, labBackend, handNATPort)}
+	av := &tputVariant{path: agentPath, server: bulkVIP.String(), port: iperfPort, rules: full}
+	loaded := av // whose rules are in force (hv: none)
+	enter := func(v *tputVariant) {
+		if loaded == v {
 			return
 		}
-		switch state {
-		case "agent":
+		switch loaded {
+		case av:
 			l.gw.MustRun("nft", "delete", "table", nft.Family, nft.Table)
-		case "nat":
+		case nv:
 			l.gw.MustRun("nft", "delete", "table", "ip", handNATTable)
 		}
-		switch want {
-		case "agent":
-			if out, err := l.gw.RunInput(full, "nft", "-f", "-"); err != nil {
-				b.Fatalf("restoring the agent's ruleset: %v\n%s", err, out)
+		if v.rules != "" {
+			if out, err := l.gw.RunInput(v.rules, "nft", "-f", "-"); err != nil {
+				b.Fatalf("loading %s rules: %v\n%s", v.server, err, out)
 			}
+		}
+		if v == av {
 			if again, err := l.nftTable(); err != nil || again != ruleset {
 				b.Fatalf("the restored ruleset differs from the agent's (%v):\n%s", err, again)
 			}
-		case "nat":
-			if out, err := l.gw.RunInput(nat, "nft", "-f", "-"); err != nil {
-				b.Fatalf("loading the hand+NAT rules: %v\n%s", err, out)
-			}
 		}
-		state = want
+		loaded = v
 	}
-	variants := []func(){
-		func() { enter("hand"); handRate = max(handRate, handPath.rate(b, labBackend.String(), handIperfPort)) },
-		func() { enter("nat"); natRate = max(natRate, handPath.rate(b, natVIP.String(), handNATPort)) },
-		func() { enter("agent"); agentRate = max(agentRate, agentPath.rate(b, bulkVIP.String(), iperfPort)) },
-	}
+	variants := []*tputVariant{hv, nv, av}
 	for i := 0; i < throughputRuns; i++ {
 		for k := range variants {
-			variants[(i+k)%len(variants)]()
+			v := variants[(i+k)%len(variants)]
+			enter(v)
+			var before daemonCost
+			if proto == vpnv1.ProtocolIPsec {
+				before = l.charonCost()
+			}
+			v.rate = max(v.rate, v.path.rate(b, v.server, v.port))
+			if proto == vpnv1.ProtocolIPsec {
+				v.cost = v.cost.add(l.charonCost().sub(before))
+			}
 		}
 	}
 
+	handRate, natRate, agentRate := hv.rate, nv.rate, av.rate
 	ratio := agentRate / handRate
 	verdict := "met"
 	if ratio < goalThroughputRatio {
@@ -187,6 +191,12 @@ func benchThroughput(b *testing.B, proto vpnv1.Protocol) {
 		b.Name(), throughputRuns, throughputRound, handRate, agentRate, ratio, goalThroughputRatio, verdict)
 	fmt.Printf("%s: hand-configured + the exposure's translation by hand (one DNAT and one masquerade rule) %.0f Mbit/s: agent / hand+NAT %.2f (the agent's ruleset beyond the translation), hand+NAT / hand %.2f (the kernel's conntrack and NAT on this path)\n",
 		b.Name(), natRate, agentRate/natRate, natRate/handRate)
+	if proto == vpnv1.ProtocolIPsec {
+		fmt.Printf("%s: the gateway's charon, CPU per GB it decrypted into %s (all rounds; the machine's load moves it far less than the rates): hand-configured %.2f s, hand+NAT %.2f s, agent-configured %.2f s; agent / hand %.2f, hand+NAT / hand %.2f, agent / hand+NAT %.2f\n",
+			b.Name(), nft.LibipsecInterface, hv.cost.perGB(), nv.cost.perGB(), av.cost.perGB(),
+			av.cost.perGB()/hv.cost.perGB(), nv.cost.perGB()/hv.cost.perGB(), av.cost.perGB()/nv.cost.perGB())
+		b.ReportMetric(av.cost.perGB()/hv.cost.perGB(), "cpu-agent/hand")
+	}
 	fmt.Printf("%s: 1500-byte client path, %d MiB echoed: agent-configured: completed, client MSS %d (clamp %d), IP fragments %d, too big for a link %d; hand-configured: completed, client MSS %d, IP fragments %d, too big for a link %d (path MTU discovery: %s)\n",
 		b.Name(), bulkBytes>>20, agentMTU.mss, clamp, agentMTU.fragments, agentMTU.tooBig,
 		handMTU.mss, handMTU.fragments, handMTU.tooBig, orNone(handMTU.where))
@@ -195,6 +205,50 @@ func benchThroughput(b *testing.B, proto vpnv1.Protocol) {
 	b.ReportMetric(ratio, "agent/hand")
 	b.ReportMetric(natRate, "Mbit/s-hand+nat")
 	b.ReportMetric(agentRate/natRate, "agent/hand+nat")
+}
+
+// tputVariant is one way through the gateway the rounds measure: the rules in force for it
+// (none: ""), its client's path and iperf3 server, and what its rounds measured.
+type tputVariant struct {
+	rules  string
+	path   tputPath
+	server string
+	port   int
+	rate   float64 // Mbit/s, the best round
+	cost   daemonCost
+}
+
+// daemonCost is CPU time the gateway's charon spent and the bytes it wrote into its TUN
+// device (decrypted, toward the LAN).
+type daemonCost struct {
+	cpu   time.Duration
+	bytes int64
+}
+
+func (c daemonCost) add(d daemonCost) daemonCost { return daemonCost{c.cpu + d.cpu, c.bytes + d.bytes} }
+func (c daemonCost) sub(d daemonCost) daemonCost { return daemonCost{c.cpu - d.cpu, c.bytes - d.bytes} }
+
+// perGB is CPU seconds per 10^9 bytes.
+func (c daemonCost) perGB() float64 { return c.cpu.Seconds() / (float64(c.bytes) / 1e9) }
+
+// charonCost is the gateway's charon's CPU time so far (user and system, all threads: with
+// kernel-libipsec the kernel forwards each packet charon writes into the TUN device within
+// that write) and the bytes it has written into the device.
+func (l *lab) charonCost() daemonCost {
+	l.tb.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", l.gwCharon.Pid()))
+	if err != nil {
+		l.tb.Fatal(err)
+	}
+	// After "pid (comm) ": state is field 3, utime 14 and stime 15, in clock ticks (100 a second).
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	rx, err3 := strconv.ParseInt(strings.TrimSpace(l.gw.MustRun("cat", "/sys/class/net/"+nft.LibipsecInterface+"/statistics/rx_bytes")), 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		l.tb.Fatalf("charon's cost: %v", err)
+	}
+	return daemonCost{cpu: time.Duration(utime+stime) * (time.Second / 100), bytes: rx}
 }
 
 // handNATVIP is the hand+NAT variant's virtual IP: the last host address of the LAN, which the
