@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -155,7 +156,7 @@ func benchThroughput(b *testing.B, proto vpnv1.Protocol) {
 		}
 		if v.rules != "" {
 			if out, err := l.gw.RunInput(v.rules, "nft", "-f", "-"); err != nil {
-				b.Fatalf("loading %s rules: %v\n%s", v.server, err, out)
+				b.Fatalf("loading the rules for %s: %v\n%s", v.server, err, out)
 			}
 		}
 		if v == av {
@@ -254,9 +255,10 @@ func (l *lab) charonCost() daemonCost {
 // handNATVIP is the hand+NAT variant's virtual IP: the last host address of the LAN, which the
 // hand-configured tunnel carries and no host has.
 func handNATVIP(lan netip.Prefix) netip.Addr {
-	a := lan.Addr().As4()
-	a[3] |= byte(0xff >> (lan.Bits() - 24))
-	return netip.AddrFrom4(a).Prev()
+	a := lan.Masked().Addr().As4()
+	var last [4]byte
+	binary.BigEndian.PutUint32(last[:], binary.BigEndian.Uint32(a[:])|(1<<(32-lan.Bits())-1))
+	return netip.AddrFrom4(last).Prev()
 }
 
 // handNATRuleset is what an administrator writes by hand to expose backend:port at vip:port:
