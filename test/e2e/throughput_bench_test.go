@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -33,6 +34,8 @@ const goalThroughputRatio = 0.95
 const (
 	iperfPort       = 5201 // the exposure's, and the agent's rounds' server
 	handIperfPort   = 5202 // the hand rounds' own server: one server's end of a test never meets the other's start
+	handNATPort     = 5203 // the hand+NAT rounds' own server
+	handNATTable    = "bench_hand_nat"
 	handWGPort      = 51830
 	throughputRound = "2" // seconds measured per round (after one omitted)
 	throughputRuns  = 5   // rounds per variant, alternating; the best counts (machine noise only ever slows)
@@ -54,6 +57,14 @@ const (
 // down at once: no PMTU black hole either way) with no IP fragment made or received and no
 // packet too big for a link in any namespace on the path, and the client's MSS must be the
 // ruleset's clamp (tunnel MTU - 40) or less.
+//
+// A third variant isolates the cost of the translation an exposure is: the hand-configured
+// tunnel with the two rules an administrator would write to expose the backend at a virtual
+// IP (one DNAT, one masquerade: conntrack and NAT, no filtering, no marks). agent / hand+NAT is
+// what the agent's ruleset costs beyond that translation; hand+NAT / hand what the kernel's
+// conntrack and NAT cost on the path. With kernel-libipsec that cost lands on the bottleneck:
+// charon's inbound thread writes each decrypted packet to the TUN device, and the kernel
+// forwards it (conntrack, NAT, routing) inside that write.
 func BenchmarkTunnelThroughput(b *testing.B) {
 	b.Run("IPsec", func(b *testing.B) { benchThroughput(b, vpnv1.ProtocolIPsec) })
 	b.Run("WireGuard", func(b *testing.B) { benchThroughput(b, vpnv1.ProtocolWireGuard) })
@@ -68,6 +79,7 @@ func benchThroughput(b *testing.B, proto vpnv1.Protocol) {
 	bulkVIP := l.addExposure("bulk", iperfPort)
 	l.lan.Start("iperf3", "-s", "-B", labBackend.String(), "-p", strconv.Itoa(iperfPort))
 	l.lan.Start("iperf3", "-s", "-B", labBackend.String(), "-p", strconv.Itoa(handIperfPort))
+	l.lan.Start("iperf3", "-s", "-B", labBackend.String(), "-p", strconv.Itoa(handNATPort))
 	lanNet := netip.MustParsePrefix(labGatewayLAN).Masked()
 	gwLAN := netip.MustParsePrefix(labGatewayLAN).Addr()
 	// The hand-configured tunnel routes the sites' subnets as they are (no masquerade).
@@ -112,10 +124,11 @@ func benchThroughput(b *testing.B, proto vpnv1.Protocol) {
 			proto, agentMTU.fragments, agentMTU.tooBig, agentMTU.where)
 	}
 
-	// Rounds alternate between the two, so the machine's load hits both alike, and so does the
-	// order within a round: the agent is killed (as a crash would: nothing is torn down, its
+	// Rounds alternate between the variants, so the machine's load hits all alike, and so does
+	// the order within a round: the agent is killed (as a crash would: nothing is torn down, its
 	// configuration stays in force), and its ruleset is taken out for each hand measurement and
-	// put back, as it was, for each agent measurement.
+	// put back, as it was, for each agent measurement; the hand+NAT rules are in force for the
+	// hand+NAT measurements only.
 	full := l.gw.MustRun("nft", "list", "table", nft.Family, nft.Table)
 	if err := agent.Signal(syscall.SIGKILL); err != nil {
 		b.Fatal(err)
@@ -126,37 +139,50 @@ func benchThroughput(b *testing.B, proto vpnv1.Protocol) {
 		}
 		return nil
 	})
-	var handRate, agentRate float64
-	loaded := true
-	measureHand := func() {
-		if loaded {
-			l.gw.MustRun("nft", "delete", "table", nft.Family, nft.Table)
-			loaded = false
+	natVIP := handNATVIP(lanNet)
+	hv := &tputVariant{path: handPath, server: labBackend.String(), port: handIperfPort}
+	nv := &tputVariant{path: handPath, server: natVIP.String(), port: handNATPort, rules: handNATRuleset(natVIP, labBackend, handNATPort)}
+	av := &tputVariant{path: agentPath, server: bulkVIP.String(), port: iperfPort, rules: full}
+	loaded := av // whose rules are in force (hv: none)
+	enter := func(v *tputVariant) {
+		if loaded == v {
+			return
 		}
-		handRate = max(handRate, handPath.rate(b, labBackend.String(), handIperfPort))
-	}
-	measureAgent := func() {
-		if !loaded {
-			if out, err := l.gw.RunInput(full, "nft", "-f", "-"); err != nil {
-				b.Fatalf("restoring the agent's ruleset: %v\n%s", err, out)
+		switch loaded {
+		case av:
+			l.gw.MustRun("nft", "delete", "table", nft.Family, nft.Table)
+		case nv:
+			l.gw.MustRun("nft", "delete", "table", "ip", handNATTable)
+		}
+		if v.rules != "" {
+			if out, err := l.gw.RunInput(v.rules, "nft", "-f", "-"); err != nil {
+				b.Fatalf("loading the rules for %s: %v\n%s", v.server, err, out)
 			}
+		}
+		if v == av {
 			if again, err := l.nftTable(); err != nil || again != ruleset {
 				b.Fatalf("the restored ruleset differs from the agent's (%v):\n%s", err, again)
 			}
-			loaded = true
 		}
-		agentRate = max(agentRate, agentPath.rate(b, bulkVIP.String(), iperfPort))
+		loaded = v
 	}
+	variants := []*tputVariant{hv, nv, av}
 	for i := 0; i < throughputRuns; i++ {
-		if i%2 == 0 {
-			measureHand()
-			measureAgent()
-		} else {
-			measureAgent()
-			measureHand()
+		for k := range variants {
+			v := variants[(i+k)%len(variants)]
+			enter(v)
+			var before daemonCost
+			if proto == vpnv1.ProtocolIPsec {
+				before = l.charonCost()
+			}
+			v.rate = max(v.rate, v.path.rate(b, v.server, v.port))
+			if proto == vpnv1.ProtocolIPsec {
+				v.cost = v.cost.add(l.charonCost().sub(before))
+			}
 		}
 	}
 
+	handRate, natRate, agentRate := hv.rate, nv.rate, av.rate
 	ratio := agentRate / handRate
 	verdict := "met"
 	if ratio < goalThroughputRatio {
@@ -164,12 +190,91 @@ func benchThroughput(b *testing.B, proto vpnv1.Protocol) {
 	}
 	fmt.Printf("%s: TCP client -> LAN backend, one stream, best of %d x %s s: hand-configured %.0f Mbit/s, agent-configured (exposure, full ruleset) %.0f Mbit/s, ratio %.2f (goal ≥ %.2f: %s)\n",
 		b.Name(), throughputRuns, throughputRound, handRate, agentRate, ratio, goalThroughputRatio, verdict)
+	fmt.Printf("%s: hand-configured + the exposure's translation by hand (one DNAT and one masquerade rule) %.0f Mbit/s: agent / hand+NAT %.2f (the agent's ruleset beyond the translation), hand+NAT / hand %.2f (the kernel's conntrack and NAT on this path)\n",
+		b.Name(), natRate, agentRate/natRate, natRate/handRate)
+	if proto == vpnv1.ProtocolIPsec {
+		fmt.Printf("%s: the gateway's charon, CPU per GB it decrypted into %s (all rounds; the machine's load moves it far less than the rates): hand-configured %.2f s, hand+NAT %.2f s, agent-configured %.2f s; agent / hand %.2f, hand+NAT / hand %.2f, agent / hand+NAT %.2f\n",
+			b.Name(), nft.LibipsecInterface, hv.cost.perGB(), nv.cost.perGB(), av.cost.perGB(),
+			av.cost.perGB()/hv.cost.perGB(), nv.cost.perGB()/hv.cost.perGB(), av.cost.perGB()/nv.cost.perGB())
+		b.ReportMetric(av.cost.perGB()/hv.cost.perGB(), "cpu-agent/hand")
+	}
 	fmt.Printf("%s: 1500-byte client path, %d MiB echoed: agent-configured: completed, client MSS %d (clamp %d), IP fragments %d, too big for a link %d; hand-configured: completed, client MSS %d, IP fragments %d, too big for a link %d (path MTU discovery: %s)\n",
 		b.Name(), bulkBytes>>20, agentMTU.mss, clamp, agentMTU.fragments, agentMTU.tooBig,
 		handMTU.mss, handMTU.fragments, handMTU.tooBig, orNone(handMTU.where))
 	b.ReportMetric(handRate, "Mbit/s-hand")
 	b.ReportMetric(agentRate, "Mbit/s-agent")
 	b.ReportMetric(ratio, "agent/hand")
+	b.ReportMetric(natRate, "Mbit/s-hand+nat")
+	b.ReportMetric(agentRate/natRate, "agent/hand+nat")
+}
+
+// tputVariant is one way through the gateway the rounds measure: the rules in force for it
+// (none: ""), its client's path and iperf3 server, and what its rounds measured.
+type tputVariant struct {
+	rules  string
+	path   tputPath
+	server string
+	port   int
+	rate   float64 // Mbit/s, the best round
+	cost   daemonCost
+}
+
+// daemonCost is CPU time the gateway's charon spent and the bytes it wrote into its TUN
+// device (decrypted, toward the LAN).
+type daemonCost struct {
+	cpu   time.Duration
+	bytes int64
+}
+
+func (c daemonCost) add(d daemonCost) daemonCost { return daemonCost{c.cpu + d.cpu, c.bytes + d.bytes} }
+func (c daemonCost) sub(d daemonCost) daemonCost { return daemonCost{c.cpu - d.cpu, c.bytes - d.bytes} }
+
+// perGB is CPU seconds per 10^9 bytes.
+func (c daemonCost) perGB() float64 { return c.cpu.Seconds() / (float64(c.bytes) / 1e9) }
+
+// charonCost is the gateway's charon's CPU time so far (user and system, all threads: with
+// kernel-libipsec the kernel forwards each packet charon writes into the TUN device within
+// that write) and the bytes it has written into the device.
+func (l *lab) charonCost() daemonCost {
+	l.tb.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", l.gwCharon.Pid()))
+	if err != nil {
+		l.tb.Fatal(err)
+	}
+	// After "pid (comm) ": state is field 3, utime 14 and stime 15, in clock ticks (100 a second).
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	rx, err3 := strconv.ParseInt(strings.TrimSpace(l.gw.MustRun("cat", "/sys/class/net/"+nft.LibipsecInterface+"/statistics/rx_bytes")), 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		l.tb.Fatalf("charon's cost: %v", err)
+	}
+	return daemonCost{cpu: time.Duration(utime+stime) * (time.Second / 100), bytes: rx}
+}
+
+// handNATVIP is the hand+NAT variant's virtual IP: the last host address of the LAN, which the
+// hand-configured tunnel carries and no host has.
+func handNATVIP(lan netip.Prefix) netip.Addr {
+	a := lan.Masked().Addr().As4()
+	var last [4]byte
+	binary.BigEndian.PutUint32(last[:], binary.BigEndian.Uint32(a[:])|(1<<(32-lan.Bits())-1))
+	return netip.AddrFrom4(last).Prev()
+}
+
+// handNATRuleset is what an administrator writes by hand to expose backend:port at vip:port:
+// one DNAT, one masquerade (so the backend needs no route back), no filtering, no marks.
+func handNATRuleset(vip, backend netip.Addr, port int) string {
+	return fmt.Sprintf(`table ip %[1]s {
+	chain prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		ip daddr %[2]s tcp dport %[4]d dnat ip to %[3]s
+	}
+	chain postrouting {
+		type nat hook postrouting priority srcnat; policy accept;
+		ip daddr %[3]s tcp dport %[4]d masquerade
+	}
+}
+`, handNATTable, vip, backend, port)
 }
 
 // addExposure adds an exposure of the LAN backend's TCP port to the lab's gateway and returns

@@ -25,18 +25,34 @@ func TestHostNetworkRulesMatchTheTunnelOnly(t *testing.T) {
 			if o.TunnelInterface != "" {
 				in, out = `iifname "`+o.TunnelInterface+`"`, `oifname "`+o.TunnelInterface+`"`
 			}
-			rules := 0
+			rules, jumps := 0, 0
+			chain := ""
 			for _, line := range strings.Split(mustRender(t, g, o), "\n") {
 				line = strings.TrimSpace(line)
 				if strings.HasPrefix(line, "#") || strings.HasPrefix(line, "type ") {
+					continue
+				}
+				if name, ok := strings.CutPrefix(line, "chain "); ok {
+					chain = strings.TrimSuffix(name, " {")
+					continue
+				}
+				if strings.Contains(line, " jump ") {
+					// The only way into input_tunnel and output_tunnel.
+					jumps++
+					if !strings.HasPrefix(line, in+" jump input_tunnel") && !strings.HasPrefix(line, out+" jump output_tunnel") {
+						t.Errorf("jump not tied to the tunnel: %s", line)
+					}
 					continue
 				}
 				if !strings.HasSuffix(line, " drop") && !strings.Contains(line, "maxseg size set") && !strings.Contains(line, " dnat ip to ") {
 					continue
 				}
 				rules++
+				clamp := strings.TrimPrefix(line, "tcp flags syn ") // a clamp tests the flags first
 				switch {
-				case strings.HasPrefix(line, in+" "), strings.HasPrefix(line, out+" "):
+				case strings.HasPrefix(clamp, in+" "), strings.HasPrefix(clamp, out+" "):
+				case chain == "input_tunnel" || chain == "output_tunnel":
+					// Reached only through the jumps checked above.
 				case strings.Contains(line, "fib daddr type local") && strings.Contains(line, "ip saddr @reverse_clients") && strings.Contains(line, "@rev_dnat"):
 					// The reverse DNAT: the gateway's own ports on a local address, from the
 					// tenant's pods; its flows go into the tunnel.
@@ -47,8 +63,8 @@ func TestHostNetworkRulesMatchTheTunnelOnly(t *testing.T) {
 					t.Errorf("rule not tied to the tunnel: %s", line)
 				}
 			}
-			if rules < 8 {
-				t.Errorf("only %d drop/clamp/DNAT rules seen", rules)
+			if rules < 8 || jumps != 2 {
+				t.Errorf("%d drop/clamp/DNAT rules and %d jumps seen, want 8 or more and 2", rules, jumps)
 			}
 			if !strings.Contains(mustRender(t, g, o), "hook forward priority filter; policy accept;") {
 				t.Error("the forward chain's policy is not accept on the host network")

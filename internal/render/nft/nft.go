@@ -31,7 +31,8 @@
 //     accepted only with a mark and a DNAT; the rest dropped through named counters selected by
 //     the maps peer_in (source from the tunnel) and peer_out (destination in a peer's subnets),
 //     else drop_unknown_in / drop_other. input and output drop new traffic from and into the
-//     tunnel the same way.
+//     tunnel the same way, in the regular chains input_tunnel and output_tunnel they jump to
+//     (the tunnel matched once: the gateway's other traffic meets one test).
 //   - host network (the gateway shares the node's namespace): the forward chain's policy is
 //     accept and every clamp and drop matches the tunnel — from it (iifname/ipsec in reqid)
 //     or into it (oifname/ipsec out reqid) — so the node's other flows, a pod's toward an
@@ -791,11 +792,15 @@ func (p *plan) write() string {
 	if p.sharedNetns { // only tunnel traffic, both ways
 		clamps = []string{p.tunnelIn + " ", p.tunnelOut + " "}
 	}
+	// "tcp flags syn" first: every packet of the chain meets these rules before the
+	// established ones are accepted, and the flags are cheaper to test than an interface name
+	// (with kernel-libipsec each packet's whole path through the kernel costs charon's
+	// inbound thread, the dataplane's bottleneck).
 	for _, match := range clamps {
 		if p.mss > 0 {
-			w("\t\t%stcp flags syn tcp option maxseg size > %d tcp option maxseg size set %d\n", match, p.mss, p.mss)
+			w("\t\ttcp flags syn %stcp option maxseg size > %d tcp option maxseg size set %d\n", match, p.mss, p.mss)
 		} else {
-			w("\t\t%stcp flags syn tcp option maxseg size set rt mtu\n", match)
+			w("\t\ttcp flags syn %stcp option maxseg size set rt mtu\n", match)
 		}
 	}
 	w("\t\tct state established,related accept\n")
@@ -816,16 +821,25 @@ func (p *plan) write() string {
 	}
 	w("\t}\n\n")
 
+	// The gateway's own traffic: what comes from or goes into the tunnel is matched once and
+	// judged in a chain of its own, so the rest (charon's ESP and IKE packets among them,
+	// several for every packet through the tunnel) meets one test, not three.
 	w("\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n")
-	w("\t\t%s ct state established,related accept\n", p.tunnelIn)
-	w("\t\t%s counter name ip saddr map @peer_in drop\n", p.tunnelIn)
-	w("\t\t%s counter name %q drop\n", p.tunnelIn, CounterUnknownIn)
+	w("\t\t%s jump input_tunnel\n", p.tunnelIn)
+	w("\t}\n\n")
+	w("\tchain input_tunnel {\n")
+	w("\t\tct state established,related accept\n")
+	w("\t\tcounter name ip saddr map @peer_in drop\n")
+	w("\t\tcounter name %q drop\n", CounterUnknownIn)
 	w("\t}\n\n")
 
 	w("\tchain output {\n\t\ttype filter hook output priority filter; policy accept;\n")
-	w("\t\t%s ct state established,related accept\n", p.tunnelOut)
-	w("\t\t%s counter name ip daddr map @peer_out drop\n", p.tunnelOut)
-	w("\t\t%s counter name %q drop\n", p.tunnelOut, CounterOther)
+	w("\t\t%s jump output_tunnel\n", p.tunnelOut)
+	w("\t}\n\n")
+	w("\tchain output_tunnel {\n")
+	w("\t\tct state established,related accept\n")
+	w("\t\tcounter name ip daddr map @peer_out drop\n")
+	w("\t\tcounter name %q drop\n", CounterOther)
 	w("\t}\n")
 	w("}\n")
 	return b.String()
