@@ -32,50 +32,13 @@ const (
 	ikePSK        = "lab-cloud-ike-test-psk-0123456789"
 )
 
-// dpdAction: the initiator (a site) restarts a dead tunnel, the responder clears it.
-func dpdAction(start string) string {
-	if start == "start" {
-		return "restart"
-	}
-	return "clear"
-}
-
-// ikeConf is one end's swanctl.conf (PSK, IKEv2, one child, DPD every second).
+// ikeConf is one end's swanctl.conf (charontest.PSKConf: connection gw, child net): the end
+// whose start is "start" initiates.
 func ikeConf(local, remote, localID, remoteID, localTS, remoteTS, start string) string {
-	return fmt.Sprintf(`connections {
-  c {
-    version = 2
-    local_addrs = %s
-    remote_addrs = %s
-    proposals = aes256gcm16-prfsha256-ecp256
-    mobike = no
-    dpd_delay = 1s
-    local {
-      auth = psk
-      id = %s
-    }
-    remote {
-      auth = psk
-      id = %s
-    }
-    children {
-      c {
-        local_ts = %s
-        remote_ts = %s
-        esp_proposals = aes256gcm16-ecp256
-        start_action = %s
-        dpd_action = %s
-      }
-    }
-  }
-}
-secrets {
-  ike-c {
-    id-1 = %s
-    secret = "%s"
-  }
-}
-`, local, remote, localID, remoteID, localTS, remoteTS, start, dpdAction(start), remoteID, ikePSK)
+	end := func(addr, id, ts string) charontest.End {
+		return charontest.End{Addr: netip.MustParseAddr(addr), ID: id, TS: []netip.Prefix{netip.MustParsePrefix(ts)}}
+	}
+	return charontest.PSKConf(end(local, localID, localTS), end(remote, remoteID, remoteTS), ikePSK, start == "start")
 }
 
 // The whole path of an OpenStack endpoint in namespaces, every piece real: the operator's
@@ -164,10 +127,10 @@ func TestIKEThroughTheFloatingIP(t *testing.T) {
 		}
 	}
 	reconnect := func() error {
-		if out, err := site.Swanctl("--terminate", "--ike", "c"); err != nil && !strings.Contains(out, "no matching SAs") {
+		if out, err := site.Swanctl("--terminate", "--ike", "gw"); err != nil && !strings.Contains(out, "no matching SAs") {
 			return fmt.Errorf("terminate: %v\n%s", err, out)
 		}
-		out, err := site.Swanctl("--initiate", "--child", "c", "--timeout", "5")
+		out, err := site.Swanctl("--initiate", "--child", "net", "--timeout", "5")
 		if err != nil {
 			return fmt.Errorf("initiate: %v\n%s", err, out)
 		}
