@@ -71,9 +71,7 @@ func testPeerClaimingALinkRange(t *testing.T, proto vpnv1.Protocol) {
 	// The service cluster on the node's fabric link, with the admin's route to it.
 	svcNS, _ := l.namespace("svc")
 	svc := &labSite{name: "svc", ns: svcNS, addr: attackLinkHost} // a workload in the service cluster
-	netns.Veth(l.gw, "fab0", svcNS, "eth0")
-	l.gw.MustRun("ip", "addr", "add", attackFabricGW.String()+"/30", "dev", "fab0")
-	svcNS.MustRun("ip", "addr", "add", attackFabricHop.String()+"/30", "dev", "eth0")
+	netns.VethAddr(l.gw, "fab0", attackFabricGW.String()+"/30", svcNS, "eth0", attackFabricHop.String()+"/30")
 	svcNS.MustRun("ip", "addr", "add", attackLinkHost.String()+"/32", "dev", "lo")
 	svcNS.MustRun("ip", "route", "add", "default", "via", attackFabricGW.String())
 	l.gw.MustRun("ip", "route", "add", attackLinkRange.String(), "via", attackFabricHop.String())
