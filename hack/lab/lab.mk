@@ -19,8 +19,16 @@ lab-cluster: ## only the cluster (KUBECONFIG=$(LAB_STATE)/pki/admin.kubeconfig)
 lab-images: ## build the OCI image archives into bin/images
 	@hack/lab/build-images.sh
 
+# The suite's output is long and a CI log keeps only its tail: on failure the failed steps' own
+# lines are printed again, last (hack/failed-tests).
 e2e-cluster: ## a fresh lab, the cluster end-to-end suite (test/cluster, Go), torn down afterwards
 	@hack/lab/cluster-down.sh >/dev/null 2>&1 || true
-	@rc=0; LAB_T0=$$(date +%s.%N) hack/lab/cluster-up.sh && \
-	  BNERD_LAB=1 go test -count=1 -v -timeout 20m ./test/cluster/ || rc=$$?; \
-	  hack/lab/cluster-down.sh; exit $$rc
+	@mkdir -p $(BIN); log=$(BIN)/e2e-cluster.log; rm -f $$log; rc=0; \
+	  LAB_T0=$$(date +%s.%N) hack/lab/cluster-up.sh || rc=$$?; \
+	  if [ $$rc = 0 ]; then \
+	    set -o pipefail; BNERD_LAB=1 go test -count=1 -v -timeout 20m ./test/cluster/ 2>&1 | tee $$log || rc=$$?; \
+	  fi; \
+	  hack/lab/cluster-down.sh; \
+	  if [ $$rc != 0 ] && [ -s $$log ]; then \
+	    echo "=== the failed steps' output again (full log: $$log) ==="; go run ./hack/failed-tests < $$log; \
+	  fi; exit $$rc

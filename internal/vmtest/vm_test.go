@@ -17,6 +17,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testoutput"
 	"github.com/bnerd/bnerd-vpn-operator/internal/vmtest"
 )
 
@@ -51,45 +52,12 @@ func TestVM(t *testing.T) {
 	if t.Failed() {
 		// The console was logged line by line above; a CI log keeps only its tail, so the
 		// failed tests' own lines come again here, last.
-		t.Logf("the failed guest tests' output:\n%s", failedGuestOutput(res.Output))
+		t.Logf("the failed guest tests' output:\n%s", testoutput.Failed(res.Output))
 	}
 	summary := fmt.Sprintf("vmtest: %s: go test -c %.1fs, boot %.1fs (guest uptime %s at stage 2), modprobe %.1fs, tests %.1fs, qemu total %.1fs",
 		res.Accel, res.Build.Seconds(), res.Boot.Seconds(), res.GuestUptime, res.Preload.Seconds(), res.Tests.Seconds(), res.Total.Seconds())
 	t.Log(summary)
 	fmt.Println(summary)
-}
-
-// failedGuestOutput returns, for every guest test that failed and has no failed subtest, the
-// lines it printed: from its "=== RUN" (or "=== CONT") to the next test's.
-func failedGuestOutput(output string) string {
-	lines := strings.Split(output, "\n")
-	var failed []string
-	for _, l := range lines {
-		if name, ok := strings.CutPrefix(strings.TrimSpace(l), "--- FAIL: "); ok {
-			failed = append(failed, strings.Fields(name)[0])
-		}
-	}
-	var b strings.Builder
-	for _, name := range failed {
-		if slices.ContainsFunc(failed, func(o string) bool { return strings.HasPrefix(o, name+"/") }) {
-			continue // its failed subtests say why
-		}
-		in := false
-		for _, l := range lines {
-			if rest, ok := strings.CutPrefix(l, "=== "); ok {
-				f := strings.Fields(rest)
-				in = len(f) == 2 && f[1] == name
-			}
-			if in {
-				b.WriteString(l)
-				b.WriteByte('\n')
-			}
-		}
-	}
-	if b.Len() == 0 {
-		return output // no test failed by name (a panic, a timeout): the whole console
-	}
-	return b.String()
 }
 
 // TestGuestHostTools: the guest runs Debian's kernel from the kit (not the host's), and the
@@ -277,24 +245,4 @@ func saPackets(t *testing.T, out string) int {
 	}
 	n, _ := strconv.Atoi(m[1])
 	return n
-}
-
-func TestFailedGuestOutput(t *testing.T) {
-	out := strings.Join([]string{
-		"=== RUN   TestA",
-		"=== RUN   TestA/ok",
-		"    x_test.go:1: fine",
-		"=== RUN   TestA/bad",
-		"    x_test.go:2: the reason",
-		"=== RUN   TestB",
-		"    x_test.go:3: b passes",
-		"--- FAIL: TestA (1.00s)",
-		"    --- PASS: TestA/ok (0.10s)",
-		"    --- FAIL: TestA/bad (0.20s)",
-		"--- PASS: TestB (0.00s)",
-	}, "\n")
-	got := failedGuestOutput(out)
-	if !strings.Contains(got, "the reason") || strings.Contains(got, "fine") || strings.Contains(got, "b passes") {
-		t.Errorf("failedGuestOutput:\n%s", got)
-	}
 }
