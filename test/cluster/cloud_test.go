@@ -359,10 +359,12 @@ func test12CloudGateway(t *testing.T) {
 	t.Logf("UDP 500/4500 removed from group %s in the cloud: the operator restored them %.1fs later (its resync)", g.Name, took.Seconds())
 
 	// Right after that resync (the next one is 15 s away): without the rules the site's IKE goes
-	// unanswered; once the operator has put them back it negotiates again. The rules go first
-	// (the group is stateful: a gateway that re-initiated toward the site as the site deleted
-	// its SA would get through on its way out), then the site drops its SA without waiting for
-	// an answer and negotiates anew.
+	// unanswered; once the operator has put them back it negotiates again. The rules go first,
+	// then the site forgets its SA without telling the gateway and negotiates anew. Silently:
+	// the group is stateful, and any packet the gateway sends the site (a NAT-T keepalive, DPD)
+	// after the router flushed its connection tracking opens the way back in, so a DELETE the
+	// site sent could reach the gateway, which (close_action=start) would initiate toward the
+	// site from port 500 and so admit the site's own IKE_SA_INIT as its reply.
 	removed := removeIKE()
 	if err := eventually(10*time.Second, func() error {
 		if in := routerIngress(port.ID); in == "" || strings.Contains(in, "dport 500") || strings.Contains(in, "dport 4500") {
@@ -372,15 +374,23 @@ func test12CloudGateway(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := L.swanctl(cloudSite, "--terminate", "--ike", ikeName(L.ikeSA(cloudSite)), "--force"); err != nil {
+	silence := fmt.Sprintf("table ip lab_e2e_silence { chain out { type filter hook output priority 0; policy accept; ip daddr %s udp dport 4500 drop; }; }", fip)
+	if out, err := L.run(10*time.Second, "ip", "netns", "exec", "lab-site-"+cloudSite, "nft", silence); err != nil {
+		t.Fatalf("dropping the site's DELETE: %v %s", err, out)
+	}
+	out, err := L.swanctl(cloudSite, "--terminate", "--ike", ikeName(L.ikeSA(cloudSite)), "--force")
+	if o, e := L.run(10*time.Second, "ip", "netns", "exec", "lab-site-"+cloudSite, "nft", "delete", "table", "ip", "lab_e2e_silence"); e != nil {
+		t.Fatalf("removing the site's drop rule: %v %s", e, o)
+	}
+	if err != nil {
 		t.Fatalf("terminating the site's IKE SA: %v %s", err, out)
 	}
 	child, _ := os.ReadFile(filepath.Join(L.state, "sites", cloudSite, "child"))
-	out, err := L.swanctl(cloudSite, "--initiate", "--child", strings.TrimSpace(string(child)), "--timeout", "5")
+	out, err = L.swanctl(cloudSite, "--initiate", "--child", strings.TrimSpace(string(child)), "--timeout", "5")
 	if err == nil {
 		t.Fatalf("without UDP 500/4500 in the group the site still negotiated (%.1fs after the removal):\n%s", time.Since(removed).Seconds(), out)
 	}
-	if !strings.Contains(out, "sending packet: from "+siteLinkSite(cloudSiteIndex)+"[500] to "+fip+"[500]") || strings.Contains(out, "received packet: from "+fip) {
+	if !strings.Contains(out, "sending packet: from "+siteLinkSite(cloudSiteIndex)+"[500] to "+fip+"[500]") || strings.Contains(out, "received packet: from "+fip+"[500]") {
 		t.Fatalf("the site's negotiation failed, but not for want of an answer:\n%s", out)
 	}
 	t.Logf("removed again: the router no longer admits IKE to the port and the site's negotiation goes unanswered (%s, %.1fs after the removal)", lastLine(out), time.Since(removed).Seconds())
