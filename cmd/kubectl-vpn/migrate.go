@@ -324,6 +324,7 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 	}
 	deadline := start.Add(m.timeout)
 	var st *migrationState
+	var waiting string
 	stamped := false
 	for {
 		if !stamped {
@@ -338,6 +339,11 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 			break
 		}
 		now := m.o.now()
+		// the cutover's timeline: what is awaited, each time that changes
+		if w := st.waitingFor(); st != nil && w != waiting {
+			fmt.Fprintf(out, "  +%.1fs waiting for %s\n", now.Sub(start).Seconds(), w)
+			waiting = w
+		}
 		if ctx.Err() != nil || !now.Before(deadline) {
 			why := fmt.Sprintf("timed out after %v", m.timeout)
 			if ctx.Err() != nil && now.Before(deadline) {

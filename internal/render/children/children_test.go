@@ -655,7 +655,8 @@ func TestDeploymentShape(t *testing.T) {
 				t.Errorf("agent has no metrics port %d", metricsPort)
 			}
 			if agent.LivenessProbe == nil || *agent.LivenessProbe.HTTPGet.Path != "/healthz" || agent.LivenessProbe.HTTPGet.Port.StrVal != "metrics" ||
-				agent.ReadinessProbe == nil || *agent.ReadinessProbe.HTTPGet.Path != "/readyz" || agent.ReadinessProbe.HTTPGet.Port.StrVal != "metrics" {
+				agent.ReadinessProbe == nil || *agent.ReadinessProbe.HTTPGet.Path != "/readyz" || agent.ReadinessProbe.HTTPGet.Port.StrVal != "metrics" ||
+				agent.ReadinessProbe.PeriodSeconds == nil || *agent.ReadinessProbe.PeriodSeconds != ReadinessPeriodSeconds {
 				t.Error("agent probes wrong")
 			}
 

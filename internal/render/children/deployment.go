@@ -29,6 +29,13 @@ const (
 // its tunnels to go before it removes its ruleset (model.TeardownWait).
 const terminationGracePeriod = int64(model.GatewayTerminationGrace / time.Second)
 
+// ReadinessPeriodSeconds is how often the kubelet asks the agent /readyz. Kubernetes' default,
+// 10 s, made a new gateway pod whose first probe came before its agent had loaded its ruleset
+// and configuration wait 10 s more to be Ready — most of a migration's outage (the endpoint
+// handed over, the new pod started, its tunnels up, the gateway not yet Ready). The probe is a
+// local HTTP GET.
+const ReadinessPeriodSeconds int32 = 2
+
 // ContainerCapabilities returns the capabilities a container of the gateway's pod adds after
 // dropping ALL, by container name (nil for a container the pod does not have).
 //   - agent-init installs the nftables ruleset: NET_ADMIN.
@@ -175,7 +182,8 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 			WithPort(intstr.FromString(PortMetrics)))).
 		WithReadinessProbe(corev1ac.Probe().WithHTTPGet(corev1ac.HTTPGetAction().
 			WithPath("/readyz").
-			WithPort(intstr.FromString(PortMetrics)))).
+			WithPort(intstr.FromString(PortMetrics))).
+			WithPeriodSeconds(ReadinessPeriodSeconds)).
 		WithVolumeMounts(configMount(), apiAccessMount())
 
 	volumes := []*corev1ac.VolumeApplyConfiguration{
