@@ -250,7 +250,7 @@ func TestMigrateIPsecGateway(t *testing.T) {
 		"vpngateway.vpn.bnerd.net/acme applied", "vpnpeer.vpn.bnerd.net/hq applied", "vpnpeer.vpn.bnerd.net/branch applied",
 		"ipsecgateway.ipsec.bnerd.net/acme annotated vpn.bnerd.net/migrated-to=acme",
 		"ipsecgateway.ipsec.bnerd.net/acme released by the operator (",
-		"+0.0s waiting for VPNGateway acme Ready", // the cutover's timeline
+		"s waiting for VPNGateway acme Ready (now ", // the cutover's timeline
 		"outage: ",
 		"vpnpeer/hq", "True (Established)", "True (Authorized)",
 		"ipsecgateway.ipsec.bnerd.net/acme deleted",
