@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -83,14 +84,16 @@ func test4gNodeTrafficUntouched(t *testing.T) {
 		}
 	})
 	lan := siteLAN(lookalikeIndex)
-	// the peer's subnet is in the node's ruleset (its per-peer drop map)
+	// the peer's subnet is in the node's ruleset (its per-peer drop map of its prefix length)
+	lanPrefix := netip.MustParsePrefix(lan)
+	peerOut := fmt.Sprintf("%s_%d", nft.SetPeerOut, lanPrefix.Bits())
 	if err := eventually(60*time.Second, func() error {
-		out, err := L.run(10*time.Second, "nft", "list", "map", "ip", "bnerd_vpn", "peer_out")
+		out, err := L.run(10*time.Second, "nft", "list", "map", "ip", "bnerd_vpn", peerOut)
 		if err != nil {
 			return err
 		}
-		if !strings.Contains(out, lan) {
-			return fmt.Errorf("%s not yet in the gateway's peer_out map", lan)
+		if !strings.Contains(out, lanPrefix.Addr().String()+" : ") {
+			return fmt.Errorf("%s not yet in the gateway's %s map", lan, peerOut)
 		}
 		return nil
 	}); err != nil {

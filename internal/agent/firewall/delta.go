@@ -110,10 +110,12 @@ func newTypeofCodec(s nft.SetContents, exprs string) (*setCodec, error) {
 			return nil, fmt.Errorf("set %s: expression %q is not encoded here", s.Name, e)
 		}
 		if ft.name == "reqid" {
+			// nft turns host-endian fields big-endian in a concatenated interval set
+			// (pipapo matches ranges bytewise) and leaves them as they are elsewhere.
 			switch {
 			case len(parts) > 1 && s.Interval:
 				ft.name = "reqid_be"
-			case len(parts) == 1 && !s.Interval:
+			case !s.Interval:
 				ft.name = "reqid_host"
 			default:
 				return nil, fmt.Errorf("set %s: a reqid in this kind of set is not encoded here", s.Name)

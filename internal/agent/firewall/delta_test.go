@@ -153,6 +153,16 @@ func testDeltaEqualsWholeLoad(t *testing.T, libipsec bool) {
 	darkC := site{name: "c", subnets: []string{"203.0.113.64/26"}, dark: true}
 	clients := []string{"198.51.100.10"}
 
+	// The rulesets look peer subnets up by prefix length, one set per length in use: a step
+	// that brought the first peer of a length, or took the last, would change the structure.
+	// Anchors hold every length the steps produce (/24 to /32), so the steps change contents.
+	var anchors []site
+	for bits := 24; bits <= 32; bits++ {
+		anchors = append(anchors, site{name: fmt.Sprintf("anchor-%d", bits), subnets: []string{fmt.Sprintf("100.80.%d.0/%d", bits, bits)}, grants: []string{"web", "db"}})
+	}
+	anchored := func(dbTarget string, clients []string, sites ...site) *model.Gateway {
+		return testGateway(dbTarget, clients, append(slices.Clone(anchors), sites...)...)
+	}
 	steps := []struct {
 		name string
 		gw   *model.Gateway
@@ -161,31 +171,31 @@ func testDeltaEqualsWholeLoad(t *testing.T, libipsec bool) {
 		// and a (reqid . subnet) element more per peer: more changes than one batch takes.
 		kernelPath applyPath
 	}{
-		{"first load", testGateway("192.0.2.20", clients, a, b), pathFull, pathNone},
-		{"peer added", testGateway("192.0.2.20", clients, a, b, host), pathDelta, pathNone},
-		{"overlapping wider peer added", testGateway("192.0.2.20", clients, a, b, host, wide), pathDelta, pathNone},
-		{"adjacent blocks of one peer", testGateway("192.0.2.20", clients, a, b, host, wide, adj), pathDelta, pathNone},
-		{"inner peer removed: the wider one takes its addresses", testGateway("192.0.2.20", clients, a, host, wide, adj), pathDelta, pathNone},
-		{"grant revoked", testGateway("192.0.2.20", clients, a, host, site{name: "wide", subnets: wide.subnets}, adj), pathDelta, pathNone},
-		{"dark peer added over an authorized one", testGateway("192.0.2.20", clients, a, host, darkC, adj), pathDelta, pathNone},
-		{"DNAT target changed", testGateway("192.0.2.21", clients, a, host, darkC, adj), pathDelta, pathNone},
-		{"reverse clients and ports changed", testGateway("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
+		{"first load", anchored("192.0.2.20", clients, a, b), pathFull, pathNone},
+		{"peer added", anchored("192.0.2.20", clients, a, b, host), pathDelta, pathNone},
+		{"overlapping wider peer added", anchored("192.0.2.20", clients, a, b, host, wide), pathDelta, pathNone},
+		{"adjacent blocks of one peer", anchored("192.0.2.20", clients, a, b, host, wide, adj), pathDelta, pathNone},
+		{"inner peer removed: the wider one takes its addresses", anchored("192.0.2.20", clients, a, host, wide, adj), pathDelta, pathNone},
+		{"grant revoked", anchored("192.0.2.20", clients, a, host, site{name: "wide", subnets: wide.subnets}, adj), pathDelta, pathNone},
+		{"dark peer added over an authorized one", anchored("192.0.2.20", clients, a, host, darkC, adj), pathDelta, pathNone},
+		{"DNAT target changed", anchored("192.0.2.21", clients, a, host, darkC, adj), pathDelta, pathNone},
+		{"reverse clients and ports changed", anchored("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
 			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, host, darkC, adj), pathDelta, pathNone},
-		{"host network: structure changes", onHost("100.64.12.5", testGateway("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
+		{"host network: structure changes", onHost("100.64.12.5", anchored("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
 			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, host, darkC, adj)), pathFull, pathNone},
-		{"host network: Service IP changed, peer added", onHost("100.64.12.6", testGateway("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
+		{"host network: Service IP changed, peer added", onHost("100.64.12.6", anchored("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
 			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, b, host, darkC, adj)), pathDelta, pathNone},
-		{"reverse exposure gone: structure changes", testGateway("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, host, adj), pathFull, pathNone},
-		{"every peer removed", testGateway("192.0.2.21", nil), pathDelta, pathNone},
-		{"peers back", testGateway("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, b, wide), pathDelta, pathNone},
+		{"reverse exposure gone: structure changes", anchored("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, host, adj), pathFull, pathNone},
+		{"every peer but the anchors removed", anchored("192.0.2.21", nil), pathDelta, pathNone},
+		{"peers back", anchored("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, b, wide), pathDelta, pathNone},
 		// 300 peers at once: 600 counters, 600 map elements and 750 grants, 1,950 changes,
 		// just under the limit of one batch.
-		{"many peers at once", testGateway("192.0.2.21", nil, append([]site{{name: "a", subnets: a.subnets, grants: a.grants}, b, wide}, benchSites(300)...)...), pathDelta, pathFull},
-		{"too many at once: loaded whole", testGateway("192.0.2.21", nil, benchSites(800)...), pathFull, pathNone},
-		{"1,200 peers without grants", testGateway("192.0.2.21", nil, regrant(benchSites(1200), nil)...), pathFull, pathNone},
+		{"many peers at once", anchored("192.0.2.21", nil, append([]site{{name: "a", subnets: a.subnets, grants: a.grants}, b, wide}, benchSites(300)...)...), pathDelta, pathFull},
+		{"too many at once: loaded whole", anchored("192.0.2.21", nil, benchSites(800)...), pathFull, pathNone},
+		{"1,200 peers without grants", anchored("192.0.2.21", nil, regrant(benchSites(1200), nil)...), pathFull, pathNone},
 		// 1,200 grants into one set: more than one message holds.
-		{"1,200 grants at once", testGateway("192.0.2.21", nil, regrant(benchSites(1200), []string{"db"})...), pathDelta, pathNone},
-		{"one of 1,200 peers removed", testGateway("192.0.2.21", nil, regrant(benchSites(1200), []string{"db"})[1:]...), pathDelta, pathDelta},
+		{"1,200 grants at once", anchored("192.0.2.21", nil, regrant(benchSites(1200), []string{"db"})...), pathDelta, pathNone},
+		{"one of 1,200 peers removed", anchored("192.0.2.21", nil, regrant(benchSites(1200), []string{"db"})[1:]...), pathDelta, pathDelta},
 	}
 	for _, s := range steps {
 		text := renderFor(t, s.gw, libipsec)
@@ -214,8 +224,8 @@ func testDeltaEqualsWholeLoad(t *testing.T, libipsec bool) {
 
 	// A table changed behind a delta's back is found by the same check, and repaired by a
 	// whole load: an element slipped in, then a delta that does not touch it.
-	gw.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_grants", "{ 192.0.2.200 . 100.64.7.10 . tcp . 443 }")
-	text := renderFor(t, testGateway("192.0.2.22", nil, regrant(benchSites(1200), []string{"db"})[1:]...), libipsec)
+	gw.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_grants_30", "{ 192.0.2.200 . 100.64.7.10 . tcp . 443 }")
+	text := renderFor(t, anchored("192.0.2.22", nil, regrant(benchSites(1200), []string{"db"})[1:]...), libipsec)
 	if err := f.Apply(ctx, text); err != nil || f.last != pathDelta {
 		t.Fatalf("a delta over a changed table: %v, path %d", err, f.last)
 	}
@@ -250,8 +260,8 @@ func TestDeltaOfRenderedChanges(t *testing.T) {
 	for _, s := range d.Sets {
 		got += fmt.Sprintf(" %s-%v+%v", s.Set.Name, s.Del, s.Add)
 	}
-	want := `[peer_b_in peer_b_out] [] peer_in-[]+[203.0.113.128/25 : "peer_b_in"] peer_out-[]+[203.0.113.128/25 : "peer_b_out"]` +
-		` fwd_grants-[]+[203.0.113.128/25 . 100.64.7.10 . tcp . 443 203.0.113.128/25 . 100.64.7.10 . udp . 443 203.0.113.128/25 . 100.64.7.11 . tcp . 5432]`
+	want := `[peer_b_in peer_b_out] [] peer_in_25-[]+[203.0.113.128 : "peer_b_in"] peer_out_25-[]+[203.0.113.128 : "peer_b_out"]` +
+		` fwd_grants_25-[]+[203.0.113.128 . 100.64.7.10 . tcp . 443 203.0.113.128 . 100.64.7.10 . udp . 443 203.0.113.128 . 100.64.7.11 . tcp . 5432]`
 	if got != want {
 		t.Errorf("delta\n%s\nwant\n%s", got, want)
 	}
@@ -341,7 +351,7 @@ func TestRefusedDeltaLeavesTableWhole(t *testing.T) {
 	if err := f.Apply(ctx, render(t, testGateway("192.0.2.20", nil, a))); err != nil {
 		t.Fatal(err)
 	}
-	ns.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_grants", "{ 203.0.113.16/28 . 100.64.7.10 . tcp . 443 }")
+	ns.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_grants_28", "{ 203.0.113.16 . 100.64.7.10 . tcp . 443 }")
 	next := render(t, testGateway("192.0.2.20", nil, a, b))
 	if err := f.Apply(ctx, next); err != nil {
 		t.Fatal(err)

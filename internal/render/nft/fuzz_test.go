@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -191,19 +192,69 @@ func parseLoaded(t testing.TB, listJSON string) loaded {
 			if err := json.Unmarshal(raw, &s); err != nil {
 				t.Fatal(err)
 			}
-			l.elems[s.Name] = [][2]any{}
+			// A set keyed by a peer subnet is one set per prefix length (peer_in_24), keyed by
+			// the /N network: folded back into one, its keys prefixes again.
+			name, bits := s.Name, -1
+			if base, n, ok := cutLength(s.Name); ok {
+				name, bits = base, n
+			}
+			if _, ok := l.elems[name]; !ok {
+				l.elems[name] = [][2]any{}
+			}
 			for _, e := range s.Elem {
+				var kv [2]any
 				if kind == "map" {
-					kv := e.([]any)
-					l.elems[s.Name] = append(l.elems[s.Name], [2]any{kv[0], kv[1]})
+					pair := e.([]any)
+					kv = [2]any{pair[0], pair[1]}
 				} else {
-					l.elems[s.Name] = append(l.elems[s.Name], [2]any{e, nil})
+					kv = [2]any{e, nil}
 				}
+				if bits >= 0 {
+					kv[0] = withLength(t, kv[0], name, bits)
+				}
+				l.elems[name] = append(l.elems[name], kv)
 			}
 		}
 	}
 	sort.Strings(l.counters)
 	return l
+}
+
+// cutLength splits "peer_in_24" into "peer_in" and 24, for the sets keyed by a peer subnet.
+func cutLength(name string) (string, int, bool) {
+	for _, base := range []string{SetPeerIn, SetPeerOut, SetFwdGrants, SetTunnelSources} {
+		if rest, ok := strings.CutPrefix(name, base+"_"); ok {
+			if n, err := strconv.Atoi(rest); err == nil && n >= 0 && n <= 32 {
+				return base, n, true
+			}
+		}
+	}
+	return "", 0, false
+}
+
+// withLength turns the /N network of a per-length set's key (the address of a plain key, the
+// first one of fwd_grants' concatenation, the second of tunnel_sources') into the prefix.
+func withLength(t testing.TB, key any, set string, bits int) any {
+	t.Helper()
+	prefix := func(a any) any {
+		addr, ok := a.(string)
+		if !ok {
+			t.Fatalf("%s_%d: key %#v is not an address", set, bits, a)
+		}
+		return map[string]any{"prefix": map[string]any{"addr": addr, "len": float64(bits)}}
+	}
+	m, _ := key.(map[string]any)
+	c, ok := m["concat"].([]any)
+	if !ok {
+		return prefix(key)
+	}
+	c = slices.Clone(c)
+	at := 0
+	if set == SetTunnelSources {
+		at = 1
+	}
+	c[at] = prefix(c[at])
+	return map[string]any{"concat": c}
 }
 
 // jsonSpan reads an address, prefix or range element as an address range.

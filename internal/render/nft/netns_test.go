@@ -13,7 +13,8 @@ import (
 
 // The lab of TestRealPackets. No real tunnel: a veth named like the tunnel interface links the
 // gateway to a router namespace behind which the peers live, so the peers' packets arrive on
-// "ipsec0" with their own addresses, as decrypted tunnel traffic would.
+// "ipsec0" with their own addresses, as decrypted tunnel traffic would. The peers' subnets in
+// the model (/28, /29, /27) differ in length, so every lookup by prefix length is exercised.
 //
 //	peer-a 203.0.113.2/28  ─┐
 //	peer-b 203.0.113.18/28 ─┼─ tun ── ipsec0 [gw] eth0 ── backend 192.0.2.10 ── internal 198.51.100.10
@@ -38,8 +39,9 @@ const (
 func labGateway() *model.Gateway {
 	g := ipsecGateway("lab", []model.Peer{
 		ipsecPeer("peer-a", allowed(model.ReasonAuthorized), []string{"dns", "web"}, "203.0.113.0/28"),
-		ipsecPeer("peer-b", allowed(model.ReasonAuthorized), []string{"admin"}, "203.0.113.16/28"),
-		ipsecPeer("peer-c", dark(model.ReasonNoGrants), nil, "203.0.113.32/28"),
+		// three prefix lengths: each is looked up in sets of its own, by rules of its own
+		ipsecPeer("peer-b", allowed(model.ReasonAuthorized), []string{"admin"}, "203.0.113.16/29"),
+		ipsecPeer("peer-c", dark(model.ReasonNoGrants), nil, "203.0.113.32/27"),
 	}, []model.Exposure{
 		{Name: "web", VirtualIP: addr(vipWeb), Target: addr(backendIP), Ports: []model.Port{tcp(80, 8080)}, GrantedTo: []string{"peer-a"}},
 		{Name: "dns", VirtualIP: addr(vipWeb), Target: addr(backendIP), Ports: []model.Port{udp(53, 5353)}, GrantedTo: []string{"peer-a"}},

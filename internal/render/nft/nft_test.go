@@ -387,3 +387,88 @@ func TestEmptyGateway(t *testing.T) {
 		t.Error("forward chain is not policy drop")
 	}
 }
+
+// Every set keyed by a peer subnet is one set per prefix length, and each is consulted by the
+// rules that consult the whole, with the address masked to exactly its length: a length
+// without its rule would leave its peers' addresses unmatched (ungranted, uncounted).
+func TestEverySubnetSetIsConsulted(t *testing.T) {
+	want := map[string]struct {
+		field string
+		rules int
+	}{
+		SetPeerIn: {"ip saddr", 2}, SetPeerOut: {"ip daddr", 2}, SetFwdGrants: {"ip saddr", 1}, SetTunnelSources: {"ip saddr", 1},
+	}
+	for _, tc := range renderCases() {
+		g := tc.gw()
+		opts := []Options{libipsec(g)}
+		if g.Protocol == model.ProtocolIPsec {
+			opts = append(opts, kernelESP(g))
+		} else {
+			opts = []Options{DefaultOptions(g, true)}
+		}
+		for _, o := range opts {
+			text := mustRender(t, g, o)
+			l, err := Split(text)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lengths := map[string][]int{}
+			for _, s := range l.Sets {
+				base, bits, ok := cutLength(s.Name)
+				if !ok {
+					continue
+				}
+				lengths[base] = append(lengths[base], bits)
+				w := want[base]
+				ref := "@" + s.Name
+				var consulting []string
+				for _, line := range strings.Split(l.Structure, "\n") {
+					if strings.HasSuffix(line, ref) || strings.Contains(line, ref+" ") {
+						consulting = append(consulting, line)
+					}
+				}
+				if len(consulting) != w.rules {
+					t.Errorf("%s: set %s is consulted by %d rules, want %d:\n%s", tc.name, s.Name, len(consulting), w.rules, strings.Join(consulting, "\n"))
+				}
+				key := masked(w.field, bits) + " "
+				for _, line := range consulting {
+					if !strings.Contains(line, key) || (bits < 32 && strings.Count(line, " & ") != 1) {
+						t.Errorf("%s: %q does not key set %s by %q", tc.name, line, s.Name, key)
+					}
+				}
+			}
+			// the peers' own subnets: each length has its sets
+			for _, p := range g.Peers {
+				for _, s := range p.SourceCIDRs {
+					if !slices.Contains(lengths[SetPeerIn], s.Bits()) && !coveredByAnother(g, p.Name, s) {
+						t.Errorf("%s: peer %s's %s has no %s set", tc.name, p.Name, s, lengthName(SetPeerIn, s.Bits()))
+					}
+				}
+			}
+		}
+	}
+	if got := masked("ip saddr", 0); got != "ip saddr & 0.0.0.0" {
+		t.Errorf("masked /0: %q", got)
+	}
+	if got := masked("ip daddr", 32); got != "ip daddr" {
+		t.Errorf("masked /32: %q", got)
+	}
+	if got := masked("ip saddr", 20); got != "ip saddr & 255.255.240.0" {
+		t.Errorf("masked /20: %q", got)
+	}
+}
+
+// coveredByAnother: s counts for another peer (an overlap resolved in that peer's favour).
+func coveredByAnother(g *model.Gateway, name string, s netip.Prefix) bool {
+	for _, q := range g.Peers {
+		if q.Name == name {
+			continue
+		}
+		for _, o := range q.SourceCIDRs {
+			if o.Overlaps(s) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -29,9 +29,15 @@ func TestKernelESPMatchesTheGatewaysReqidsOnly(t *testing.T) {
 				}
 				reqids = append(reqids, p.IPsec.Reqid)
 				for _, s := range p.SourceCIDRs {
-					el := fmt.Sprintf("%d . %s", p.IPsec.Reqid, s)
-					if !strings.Contains(kernel, el) {
-						t.Errorf("kernel ESP: tunnel_sources lacks %s (peer %s)", el, p.Name)
+					set := lengthName(SetTunnelSources, s.Bits())
+					el := fmt.Sprintf("%d . %s", p.IPsec.Reqid, s.Addr())
+					if !slices.Contains(setElements(t, kernel, set), el) {
+						t.Errorf("kernel ESP: %s lacks %s (peer %s, %s)", set, el, p.Name, s)
+					}
+					// its source is let in by the set of its length, and only by it
+					accept := fmt.Sprintf("%s ipsec in reqid . %s @%s accept\n", reqidMatch("in"), masked("ip saddr", s.Bits()), set)
+					if !strings.Contains(kernel, accept) {
+						t.Errorf("kernel ESP ruleset lacks %q", accept)
 					}
 				}
 			}
@@ -46,7 +52,8 @@ func TestKernelESPMatchesTheGatewaysReqidsOnly(t *testing.T) {
 					t.Errorf("kernel ESP ruleset still matches %q (any SA of the node)", banned)
 				}
 			}
-			spoof := in + " ipsec in reqid . ip saddr != @tunnel_sources counter name \"" + CounterSpoofed + "\" drop"
+			// every other source from the gateway's SAs: dropped and counted, last in its chain
+			spoof := in + " counter name \"" + CounterSpoofed + "\" drop\n\t}"
 			if !strings.Contains(kernel, spoof) {
 				t.Errorf("kernel ESP ruleset lacks the spoof check %q", spoof)
 			}
@@ -73,7 +80,7 @@ func TestKernelESPReqidSet(t *testing.T) {
 	if got := setElements(t, text, SetReqids); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("set %s holds %v, want %v", SetReqids, got, want)
 	}
-	if match := reqidMatch("in"); !strings.Contains(text, "\t\t"+match+" counter name ip saddr map @peer_in drop\n") {
+	if match := reqidMatch("in"); !strings.Contains(text, "\t\t"+match+" counter name ip saddr & 255.255.255.128 map @peer_in_25 drop\n") {
 		t.Errorf("no rule matches %q:\n%s", match, text)
 	}
 	none := ipsecGateway("none", nil, nil)
