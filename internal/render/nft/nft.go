@@ -597,7 +597,7 @@ func (p *plan) write() string {
 	w("\n")
 
 	// Peer subnet -> counter maps (overlaps resolved: authorized peer, then the longest prefix),
-	// one per prefix length (see byLength).
+	// one per prefix length (see lengthName).
 	inLengths := lengthsOf(len(p.peerIn), func(i int) netip.Prefix { return p.peerIn[i].prefix })
 	for _, dir := range []struct {
 		name string
