@@ -863,23 +863,19 @@ func (p *plan) write() string {
 	// The gateway's own traffic: what comes from or goes into the tunnel is matched once and
 	// judged in a chain of its own, so the rest (charon's ESP and IKE packets among them,
 	// several for every packet through the tunnel) meets one test, not three.
-	w("\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n")
-	w("\t\t%s jump input_tunnel\n", p.tunnelIn)
-	w("\t}\n\n")
-	w("\tchain input_tunnel {\n")
-	w("\t\tct state established,related accept\n")
-	peerDrops("", "ip saddr", SetPeerIn)
-	w("\t\tcounter name %q drop\n", CounterUnknownIn)
-	w("\t}\n\n")
-
-	w("\tchain output {\n\t\ttype filter hook output priority filter; policy accept;\n")
-	w("\t\t%s jump output_tunnel\n", p.tunnelOut)
-	w("\t}\n\n")
-	w("\tchain output_tunnel {\n")
-	w("\t\tct state established,related accept\n")
-	peerDrops("", "ip daddr", SetPeerOut)
-	w("\t\tcounter name %q drop\n", CounterOther)
-	w("\t}\n")
+	tunnelChains := func(hook, match, field, set, counter string) {
+		w("\tchain %s {\n\t\ttype filter hook %s priority filter; policy accept;\n", hook, hook)
+		w("\t\t%s jump %s_tunnel\n", match, hook)
+		w("\t}\n\n")
+		w("\tchain %s_tunnel {\n", hook)
+		w("\t\tct state established,related accept\n")
+		peerDrops("", field, set)
+		w("\t\tcounter name %q drop\n", counter)
+		w("\t}\n")
+	}
+	tunnelChains("input", p.tunnelIn, "ip saddr", SetPeerIn, CounterUnknownIn)
+	w("\n")
+	tunnelChains("output", p.tunnelOut, "ip daddr", SetPeerOut, CounterOther)
 	w("}\n")
 	return b.String()
 }
