@@ -38,15 +38,16 @@ func benchGateway(sites []site) *model.Gateway { return testGateway("192.0.2.20"
 // bring a table to a ruleset: the first load (Apply of the whole ruleset, `nft -f`, in a fresh
 // namespace), and one-peer changes — a peer added, then removed again — each one Apply as the
 // agent calls it (the new ruleset split, the diff, one netlink transaction) and, apart, its
-// transaction. Best of 5 rounds. Needs root and nft.
+// transaction; and a change of structure (a peer with a prefix length of its own), loaded whole
+// into the table (nft.Reload), its transaction. Best of 5 rounds. Needs root and nft.
 func BenchmarkApply(b *testing.B) {
 	if err := netns.Available("nft"); err != nil {
 		b.Skip(err)
 	}
 	ctx := context.Background()
 	type row struct {
-		peers                              int
-		load, add, remove, addTx, removeTx time.Duration
+		peers                                      int
+		load, add, remove, addTx, removeTx, reload time.Duration
 	}
 	best := func(d *time.Duration, v time.Duration) {
 		if *d == 0 || v < *d {
@@ -58,6 +59,9 @@ func BenchmarkApply(b *testing.B) {
 	for _, n := range []int{10, 1000, 10000} {
 		sites := benchSites(n + 1)
 		base, more := render(b, benchGateway(sites[:n])), render(b, benchGateway(sites))
+		// A peer with a prefix length no other has: its sets and rules are new structure.
+		odd := site{name: "odd", subnets: []string{"198.51.100.0/29"}, grants: []string{"web"}}
+		restructured := render(b, benchGateway(append(sites[:n:n], odd)))
 		r := row{peers: n}
 		for round := range 5 {
 			ns := run.NS(fmt.Sprintf("p%d-%d", n, round))
@@ -67,7 +71,8 @@ func BenchmarkApply(b *testing.B) {
 				text    string
 				path    applyPath
 				all, tx *time.Duration
-			}{{base, pathFull, nil, &r.load}, {more, pathDelta, &r.add, &r.addTx}, {base, pathDelta, &r.remove, &r.removeTx}} {
+			}{{base, pathFull, nil, &r.load}, {more, pathDelta, &r.add, &r.addTx}, {base, pathDelta, &r.remove, &r.removeTx},
+				{restructured, pathReload, nil, &r.reload}} {
 				t0 := time.Now()
 				if err := f.Apply(ctx, step.text); err != nil {
 					b.Fatal(err)
@@ -85,9 +90,9 @@ func BenchmarkApply(b *testing.B) {
 	}
 	breakdown(b, run, benchSites(10001))
 	fmt.Printf("\nnftables apply, %d CPUs, best of 5 (goals at 10,000 peers: first load <= 100 ms, one-peer change <= 5 ms)\n", runtime.NumCPU())
-	fmt.Printf("%8s %12s %14s %14s %16s %16s\n", "peers", "first load", "peer added", "peer removed", "added (netlink)", "removed (netlink)")
+	fmt.Printf("%8s %12s %14s %14s %16s %18s %20s\n", "peers", "first load", "peer added", "peer removed", "added (netlink)", "removed (netlink)", "structure (reload)")
 	for _, r := range rows {
-		fmt.Printf("%8d %12s %14s %14s %16s %16s\n", r.peers, msec(r.load), msec(r.add), msec(r.remove), msec(r.addTx), msec(r.removeTx))
+		fmt.Printf("%8d %12s %14s %14s %16s %18s %20s\n", r.peers, msec(r.load), msec(r.add), msec(r.remove), msec(r.addTx), msec(r.removeTx), msec(r.reload))
 		b.ReportMetric(float64(r.load.Microseconds())/1000, fmt.Sprintf("load-ms/%dpeers", r.peers))
 		b.ReportMetric(float64(r.add.Microseconds())/1000, fmt.Sprintf("peer-added-ms/%dpeers", r.peers))
 		b.ReportMetric(float64(r.remove.Microseconds())/1000, fmt.Sprintf("peer-removed-ms/%dpeers", r.peers))

@@ -182,17 +182,17 @@ func testDeltaEqualsWholeLoad(t *testing.T, libipsec bool) {
 		{"reverse clients and ports changed", anchored("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
 			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, host, darkC, adj), pathDelta, pathNone},
 		{"host network: structure changes", onHost("100.64.12.5", anchored("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
-			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, host, darkC, adj)), pathFull, pathNone},
+			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, host, darkC, adj)), pathReload, pathNone},
 		{"host network: Service IP changed, peer added", onHost("100.64.12.6", anchored("192.0.2.21", []string{"198.51.100.11", "198.51.100.12"},
 			site{name: "a", subnets: a.subnets, grants: a.grants, ownsSSH: true, sshPorts: 3}, b, host, darkC, adj)), pathDelta, pathNone},
-		{"reverse exposure gone: structure changes", anchored("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, host, adj), pathFull, pathNone},
+		{"reverse exposure gone: structure changes", anchored("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, host, adj), pathReload, pathNone},
 		{"every peer but the anchors removed", anchored("192.0.2.21", nil), pathDelta, pathNone},
 		{"peers back", anchored("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, b, wide), pathDelta, pathNone},
 		// 300 peers at once: 600 counters, 600 map elements and 750 grants, 1,950 changes,
 		// just under the limit of one batch.
-		{"many peers at once", anchored("192.0.2.21", nil, append([]site{{name: "a", subnets: a.subnets, grants: a.grants}, b, wide}, benchSites(300)...)...), pathDelta, pathFull},
-		{"too many at once: loaded whole", anchored("192.0.2.21", nil, benchSites(800)...), pathFull, pathNone},
-		{"1,200 peers without grants", anchored("192.0.2.21", nil, regrant(benchSites(1200), nil)...), pathFull, pathNone},
+		{"many peers at once", anchored("192.0.2.21", nil, append([]site{{name: "a", subnets: a.subnets, grants: a.grants}, b, wide}, benchSites(300)...)...), pathDelta, pathReload},
+		{"too many at once: loaded whole", anchored("192.0.2.21", nil, benchSites(800)...), pathReload, pathNone},
+		{"1,200 peers without grants", anchored("192.0.2.21", nil, regrant(benchSites(1200), nil)...), pathReload, pathNone},
 		// 1,200 grants into one set: more than one message holds.
 		{"1,200 grants at once", anchored("192.0.2.21", nil, regrant(benchSites(1200), []string{"db"})...), pathDelta, pathNone},
 		{"one of 1,200 peers removed", anchored("192.0.2.21", nil, regrant(benchSites(1200), []string{"db"})[1:]...), pathDelta, pathDelta},
@@ -356,8 +356,8 @@ func TestRefusedDeltaLeavesTableWhole(t *testing.T) {
 	if err := f.Apply(ctx, next); err != nil {
 		t.Fatal(err)
 	}
-	if f.last != pathFull {
-		t.Errorf("a refused delta was not followed by a whole load (path %d)", f.last)
+	if f.last != pathReload {
+		t.Errorf("a refused delta was not followed by a whole load into the table (path %d)", f.last)
 	}
 	ref := run.NS("ref")
 	loadWhole(t, ref, next)

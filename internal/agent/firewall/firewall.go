@@ -1,14 +1,18 @@
 // Package firewall applies the gateway's rendered nftables ruleset atomically, re-asserts it
 // when the table drifts from what was applied, and reads its per-peer drop counters.
 //
-// The first ruleset, and any whose structure (chains, rules, set declarations: nft.Layout)
-// differs from the one in force, is loaded whole by one `nft -f` transaction that replaces the
-// table. A ruleset that differs only in counters and set elements — a peer added, removed or
-// re-granted — is applied as one netlink transaction of just those changes (delta.go): all or
-// nothing like `nft -f`, in milliseconds where a whole 10,000-peer table takes half a second,
-// and without touching the counters that stay. Should the kernel refuse it, the ruleset is
-// loaded whole instead; the next Verify lists the table and compares it with what a whole
-// load would have left, repairing any difference by a whole load.
+// The first ruleset replaces the table by one `nft -f` transaction (the rendered text declares,
+// deletes and re-creates it). A later one whose structure (chains, rules, set declarations:
+// nft.Layout) differs from the one in force is loaded whole into the table in force, again one
+// `nft -f` transaction (nft.Reload): rules and elements flushed and re-added, the chains on their
+// hooks and the counters kept, so that no packet meets a chain mid-replacement. A ruleset that
+// differs only in counters and set elements — a peer added, removed or re-granted — is applied
+// as one netlink transaction of just those changes (delta.go): all or nothing like `nft -f`,
+// in milliseconds where a whole 10,000-peer table takes half a second, and without touching
+// the counters that stay. Should the kernel refuse a delta, the ruleset is loaded whole
+// instead, and should it refuse a load into the table, the table is replaced; the next Verify
+// lists the table and compares it with what was applied, repairing any difference by
+// replacing the table.
 package firewall
 
 import (
@@ -30,8 +34,9 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
 
-// Firewall is the gateway's nftables table. Counters survive re-applies: applying re-creates
-// the table (its counters restart at zero), so what they had counted is carried over.
+// Firewall is the gateway's nftables table. Counters survive re-applies: deltas and loads into
+// the table keep them, and when the table is replaced (its counters restart at zero) what they
+// had counted is carried over.
 type Firewall struct {
 	// NFT is the nft binary; "nft" from PATH when empty.
 	NFT string
@@ -82,9 +87,10 @@ func (f *Firewall) nft() string {
 type applyPath int
 
 const (
-	pathNone  applyPath = iota
-	pathFull            // one `nft -f` of the whole ruleset
-	pathDelta           // one netlink transaction of counter and element changes
+	pathNone   applyPath = iota
+	pathFull             // one `nft -f` of the whole ruleset, replacing the table
+	pathReload           // one `nft -f` of the whole ruleset into the table in force (nft.Reload)
+	pathDelta            // one netlink transaction of counter and element changes
 )
 
 // Apply brings the table to the ruleset in one transaction unless it is already the one
@@ -118,6 +124,21 @@ func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 			f.Log.Info("ruleset delta not applied, loading the ruleset whole", "changes", d.Changes(), "reason", err.Error())
 		}
 	}
+	// Loaded whole into the table in force, keeping its chains and counters, when its layout
+	// is known; should the kernel refuse that (the table is not what was applied), replacing it.
+	if splitErr == nil && f.layout != nil {
+		if script, ok := nft.Reload(*f.layout, next, ruleset); ok {
+			t0 := time.Now()
+			err := f.load(ctx, script)
+			if err == nil {
+				f.applied, f.layout, f.last, f.lastTx = ruleset, &next, pathReload, time.Since(t0)
+				f.Log.Info("ruleset applied", "by", "whole load into the table (nft -f)", "took", f.lastTx.String())
+				f.record(ctx)
+				return nil
+			}
+			f.Log.Info("ruleset not loaded into the table, replacing the table", "reason", err.Error())
+		}
+	}
 	// What the old table counted is carried into the totals once it has been replaced.
 	var before map[string]nft.CounterValue
 	if f.applied != "" {
@@ -128,7 +149,7 @@ func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 		return fmt.Errorf("applying nftables ruleset: %w", err)
 	}
 	f.lastTx = time.Since(t0)
-	f.Log.Info("ruleset applied", "by", "whole load (nft -f)", "took", f.lastTx.String())
+	f.Log.Info("ruleset applied", "by", "whole load replacing the table (nft -f)", "took", f.lastTx.String())
 	f.carry(before)
 	f.applied, f.last = ruleset, pathFull
 	f.layout = nil

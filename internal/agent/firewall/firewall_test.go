@@ -48,7 +48,7 @@ func TestApplyCountersAndFailure(t *testing.T) {
 		t.Fatalf("counter after 3 pings: %d", got)
 	}
 
-	// A changed ruleset re-creates the table; what the counter had counted is carried over.
+	// A ruleset changed in its text only (a comment) leaves the table as it is, counting on.
 	if err := f.Apply(ctx, ruleset("# v2")); err != nil {
 		t.Fatal(err)
 	}
@@ -288,4 +288,83 @@ func (p *peerPings) counted() uint64 {
 		p.t.Fatal(err)
 	}
 	return c["peer_a_in"].Packets
+}
+
+// A ruleset of another structure is loaded into the table in force (nft.Reload), in one
+// transaction: a chain whose policy changed, a set whose type changed, a counter and its map
+// elements gone, a set and a chain added — and the table lists as one loaded afresh, while
+// the chain kept stays on its hook and the counter kept goes on counting in the kernel (nothing
+// is carried). Back again the same way; and a table changed behind the agent's back so that
+// the load into it is refused is replaced instead.
+func TestReloadKeepsTable(t *testing.T) {
+	netns.Skip(t, "nft", "ping")
+	run := netns.NewRun(t, "bfl")
+	ns, ref := run.NS("gw"), run.NS("ref")
+	ns.MustRun("ip", "addr", "add", "192.0.2.1/32", "dev", "lo")
+	f := &Firewall{NFT: writeWrapper(t, ns.Name)}
+	ctx := context.Background()
+	p := &peerPings{t: t, ns: ns, f: f}
+
+	restructured := strings.NewReplacer(
+		"policy drop;", "policy accept;",
+		"\tcounter peer_b_in {}\n", "",
+		`, 203.0.113.16/28 : "peer_b_in", 198.51.100.0/25 : "peer_b_in"`, "",
+		"\t\tflags interval\n\t\telements = { 203.0.113.0/28 . 100.64.7.10 . tcp . 443, 198.51.100.0/25 . 100.64.7.11 . tcp . 5432 }",
+		"\t\telements = { 203.0.113.0 . 100.64.7.10 . tcp . 443 }",
+		"\tchain input {\n", "\tset blocked {\n\t\ttype ipv4_addr\n\t\telements = { 192.0.2.99 }\n\t}\n\tchain blocked {\n\t\tip saddr @blocked drop\n\t}\n\tchain input {\n",
+		"policy accept;\n\t\ticmp", "policy accept;\n\t\tjump blocked\n\t\ticmp",
+	).Replace(driftRuleset)
+	if restructured == driftRuleset || strings.Count(restructured, "blocked") != 4 {
+		t.Fatalf("the edit did not apply:\n%s", restructured)
+	}
+	for i, step := range []struct {
+		name, text string
+		path       applyPath
+	}{
+		{"first load", driftRuleset, pathFull},
+		{"restructured", restructured, pathReload},
+		{"back", driftRuleset, pathReload},
+	} {
+		if err := f.Apply(ctx, step.text); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if f.last != step.path {
+			t.Errorf("%s: applied by path %d, want %d", step.name, f.last, step.path)
+		}
+		loadWhole(t, ref, step.text)
+		if diff := listingDiff(normalizeListing(ref.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn")),
+			normalizeListing(ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"))); diff != "" {
+			t.Fatalf("%s: the table differs from one loaded afresh: %s", step.name, diff)
+		}
+		if d, err := f.Verify(ctx); err != nil || d.Drifted() {
+			t.Fatalf("%s: Verify: %+v %v", step.name, d, err)
+		}
+		p.ping(i + 1)
+		if got := p.counted(); got != uint64(p.sent) {
+			t.Fatalf("%s: counter %d, want %d", step.name, got, p.sent)
+		}
+		if c := f.carried["peer_a_in"]; c.Packets != 0 {
+			t.Fatalf("%s: %d packets carried over: the counter was re-created", step.name, c.Packets)
+		}
+	}
+
+	// The set the load into the table would flush is gone: the kernel refuses that script,
+	// and the table is replaced instead (its counts carried over).
+	ns.MustRun("nft", "flush", "chain", "ip", "bnerd_vpn", "prerouting")
+	ns.MustRun("nft", "delete", "set", "ip", "bnerd_vpn", "fwd_grants")
+	if err := f.Apply(ctx, restructured); err != nil {
+		t.Fatal(err)
+	}
+	if f.last != pathFull {
+		t.Errorf("a refused load into the table was not followed by a replace (path %d)", f.last)
+	}
+	loadWhole(t, ref, restructured)
+	if diff := listingDiff(normalizeListing(ref.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn")),
+		normalizeListing(ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"))); diff != "" {
+		t.Fatalf("after the replace: %s", diff)
+	}
+	p.ping(1)
+	if got := p.counted(); got != uint64(p.sent) {
+		t.Fatalf("counter after the replace: %d, want %d", got, p.sent)
+	}
 }

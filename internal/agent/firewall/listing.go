@@ -68,7 +68,67 @@ func normalizeListing(listing string) []string {
 		}
 		out = append(out, indent+"}"+strings.TrimRight(rest, " \t"))
 	}
-	return sortCounters(out, nil, nil)
+	return sortBlocks(sortCounters(out, nil, nil))
+}
+
+// sortBlocks returns the normalised lines with the table's sets and maps, and its chains,
+// each group sorted by name: the kernel lists them in the order they were created, which a
+// table loaded into (nft.Reload: a new set is created after the ones kept) does not share with
+// one loaded afresh. The rules' order within a chain is state and stays.
+func sortBlocks(lines []string) []string {
+	type block struct {
+		group int // 0 sets and maps, 1 chains
+		name  string
+		lines []string
+	}
+	var blocks []block
+	var at []int // where each block started, in lines
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		group := -1
+		switch {
+		case !strings.HasSuffix(l, " {"):
+		case strings.HasPrefix(l, "	set "), strings.HasPrefix(l, "	map "):
+			group = 0
+		case strings.HasPrefix(l, "	chain "):
+			group = 1
+		}
+		if group < 0 {
+			continue
+		}
+		end := i + 1
+		for end < len(lines) && lines[end] != "	}" {
+			end++
+		}
+		end = min(end+1, len(lines))
+		_, name, _ := strings.Cut(strings.TrimSpace(l), " ")
+		blocks = append(blocks, block{group, name, lines[i:end]})
+		at = append(at, i)
+		i = end - 1
+	}
+	sorted := slices.IsSortedFunc(blocks, func(a, b block) int {
+		return cmpBlocks(a.group, a.name, b.group, b.name)
+	})
+	if sorted {
+		return lines
+	}
+	order := slices.Clone(blocks)
+	slices.SortStableFunc(order, func(a, b block) int { return cmpBlocks(a.group, a.name, b.group, b.name) })
+	out := make([]string, 0, len(lines))
+	prev := 0
+	for k, start := range at {
+		out = append(out, lines[prev:start]...)
+		out = append(out, order[k].lines...)
+		prev = start + len(blocks[k].lines)
+	}
+	return append(out, lines[prev:]...)
+}
+
+func cmpBlocks(ga int, na string, gb int, nb string) int {
+	if ga != gb {
+		return ga - gb
+	}
+	return strings.Compare(na, nb)
 }
 
 // isCounterLine reports whether a normalised line declares a named counter.
@@ -244,8 +304,13 @@ func listingDiff(want, got []string) string {
 	if i == n && len(want) == len(got) {
 		return ""
 	}
+	// Named after the set or chain it is in, unless both lines are the table's own (a set or
+	// chain found where another was applied).
+	nested := func(l []string) bool {
+		return i < len(l) && (strings.HasPrefix(l[i], "\t\t") || l[i] == "\t}")
+	}
 	where := ""
-	for j := i - 1; j >= 0; j-- {
+	for j := i - 1; j >= 0 && (nested(want) || nested(got)); j-- {
 		if l := want[j]; strings.HasPrefix(l, "\t") && !strings.HasPrefix(l, "\t\t") && strings.HasSuffix(l, "{") {
 			where = strings.TrimSuffix(strings.TrimSpace(l), " {") + ": "
 			break

@@ -1,6 +1,7 @@
 package firewall
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,20 +43,16 @@ const listed = `table ip bnerd_vpn {
 }
 `
 
+// Normalised: counters one line each, sorted; sets, maps and chains sorted by name (sets and
+// maps before chains, as nft lists them); elements one a line, sorted.
 func TestNormalizeListing(t *testing.T) {
 	got := normalizeListing(listed)
 	want := []string{
 		"table ip bnerd_vpn {",
 		"\tcounter peer_a_in {}",
 		"\tcounter peer_b_in {}",
-		"\tmap peer_in {",
-		"\t\ttype ipv4_addr : counter",
-		"\t\tflags interval",
-		"\t\telements = {",
-		"\t\t\t198.51.100.0/25 : \"peer_a_in\"",
-		"\t\t\t203.0.113.0/28 : \"peer_b_in\"",
-		"\t\t\t203.0.113.16/28 : \"peer_b_in\"",
-		"\t\t}",
+		"\tset empty {",
+		"\t\ttype ipv4_addr",
 		"\t}",
 		"\tmap fwd_dnat {",
 		"\t\ttype ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service",
@@ -65,8 +62,14 @@ func TestNormalizeListing(t *testing.T) {
 		"\t\t\t100.64.7.12 . tcp . 22 : 192.0.2.30 . 22",
 		"\t\t}",
 		"\t}",
-		"\tset empty {",
-		"\t\ttype ipv4_addr",
+		"\tmap peer_in {",
+		"\t\ttype ipv4_addr : counter",
+		"\t\tflags interval",
+		"\t\telements = {",
+		"\t\t\t198.51.100.0/25 : \"peer_a_in\"",
+		"\t\t\t203.0.113.0/28 : \"peer_b_in\"",
+		"\t\t\t203.0.113.16/28 : \"peer_b_in\"",
+		"\t\t}",
 		"\t}",
 		"\tchain forward {",
 		"\t\ttype filter hook forward priority filter; policy drop;",
@@ -120,7 +123,7 @@ func TestListingDiff(t *testing.T) {
 			`map fwd_dnat: "100.64.7.12 . tcp . 22 : 192.0.2.31 . 22" found where`},
 		{"a chain added at the end", func(s string) string {
 			return strings.TrimSuffix(s, "}\n") + "\tchain extra {\n\t}\n}\n"
-		}, `chain forward: "chain extra {" found where "}" was applied`},
+		}, `"chain extra {" found where "chain forward {" was applied`},
 		{"truncated", func(s string) string { return s[:strings.Index(s, "\tchain forward")] },
 			`"chain forward {" missing`},
 	}
@@ -145,9 +148,32 @@ func TestListingDiff(t *testing.T) {
 func TestNormalizeListingQuotes(t *testing.T) {
 	in := "table ip t {\n\tchain c {\n\t\tcomment \"elements = { x\"\n\t}\n\tmap m {\n\t\telements = { 1 : \"a,}b\", 0 : \"c\" }\n\t}\n}\n"
 	got := strings.Join(normalizeListing(in), "\n")
-	want := "table ip t {\n\tchain c {\n\t\tcomment \"elements = { x\"\n\t}\n\tmap m {\n\t\telements = {\n\t\t\t0 : \"c\"\n\t\t\t1 : \"a,}b\"\n\t\t}\n\t}\n}"
+	want := "table ip t {\n\tmap m {\n\t\telements = {\n\t\t\t0 : \"c\"\n\t\t\t1 : \"a,}b\"\n\t\t}\n\t}\n\tchain c {\n\t\tcomment \"elements = { x\"\n\t}\n}"
 	if got != want {
 		t.Errorf("normalised:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// The kernel lists sets, maps and chains in the order they were created: a table loaded into
+// (a set added after those kept) and one loaded afresh list them in different orders, but the
+// same in normalised form. The rules' order within a chain is state: it stays, and differs.
+func TestNormalizeListingBlockOrder(t *testing.T) {
+	fresh := "table ip t {\n\tcounter a {\n\t}\n\tset s1 {\n\t\ttype ipv4_addr\n\t}\n\tmap m2 {\n\t\ttype ipv4_addr : counter\n\t}\n" +
+		"\tchain forward {\n\t\ttype filter hook forward priority filter; policy drop;\n\t\tip saddr @s1 accept\n\t\tjump tun\n\t}\n\tchain tun {\n\t\taccept\n\t}\n}\n"
+	reloaded := "table ip t {\n\tcounter a {\n\t}\n\tmap m2 {\n\t\ttype ipv4_addr : counter\n\t}\n\tset s1 {\n\t\ttype ipv4_addr\n\t}\n" +
+		"\tchain tun {\n\t\taccept\n\t}\n\tchain forward {\n\t\ttype filter hook forward priority filter; policy drop;\n\t\tip saddr @s1 accept\n\t\tjump tun\n\t}\n}\n"
+	if diff := listingDiff(normalizeListing(fresh), normalizeListing(reloaded)); diff != "" {
+		t.Errorf("the same table in another creation order: %s", diff)
+	}
+	swapped := strings.Replace(reloaded, "\t\tip saddr @s1 accept\n\t\tjump tun\n", "\t\tjump tun\n\t\tip saddr @s1 accept\n", 1)
+	if listingDiff(normalizeListing(fresh), normalizeListing(swapped)) == "" {
+		t.Error("two rules swapped list the same")
+	}
+	want := []string{"table ip t {", "\tcounter a {}", "\tmap m2 {", "\t\ttype ipv4_addr : counter", "\t}", "\tset s1 {", "\t\ttype ipv4_addr", "\t}",
+		"\tchain forward {", "\t\ttype filter hook forward priority filter; policy drop;", "\t\tip saddr @s1 accept", "\t\tjump tun", "\t}",
+		"\tchain tun {", "\t\taccept", "\t}", "}"}
+	if got := normalizeListing(fresh); !slices.Equal(got, want) {
+		t.Errorf("normalised:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

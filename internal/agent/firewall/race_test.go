@@ -15,15 +15,15 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 )
 
-// Packets keep meeting a whole ruleset while it changes: by deltas, and by whole loads (the
-// peer that comes and goes has a prefix length no other peer has, so its sets and rules come and
-// go with it — a structural change, loaded whole by nft -f).
+// Packets keep meeting a whole ruleset while it changes: by deltas, and by whole loads into the
+// table (the peer that comes and goes has a prefix length no other peer has, so its sets and
+// rules come and go with it — a structural change, loaded whole by nft -f, nft.Reload).
 func TestPacketsDuringChanges(t *testing.T) {
 	t.Run("deltas", func(t *testing.T) {
 		testPacketsDuringChanges(t, site{name: "z", subnets: []string{"203.0.113.32/28"}, grants: []string{"web", "db"}}, pathDelta)
 	})
 	t.Run("whole loads", func(t *testing.T) {
-		testPacketsDuringChanges(t, site{name: "z", subnets: []string{"203.0.113.32/27"}, grants: []string{"web", "db"}}, pathFull)
+		testPacketsDuringChanges(t, site{name: "z", subnets: []string{"203.0.113.32/27"}, grants: []string{"web", "db"}}, pathReload)
 	})
 }
 
@@ -36,9 +36,12 @@ func TestPacketsDuringChanges(t *testing.T) {
 //	peers (203.0.113.2 a, 203.0.113.18 x) ── ipsec0 [gw] eth0 ── backend 192.0.2.10, 100.64.7.10
 //
 // Every datagram of a arrives, none of x's does, a's drop counter stays 0 and x's counts every
-// one of x's (by deltas; a whole load carries the old table's counts over as read just before
-// it, so x's drops between that read and the new table are not counted): no granted packet
-// lost, no ungranted one passed.
+// one of x's: no granted packet lost, no ungranted one passed, no drop uncounted.
+//
+// (When whole loads replaced the table, a new flow's first packet could meet the old and the
+// new NAT chain on either side of the generation flip, be translated by neither and be dropped
+// as ungranted — 1 of 21,529 granted datagrams in one CI run — and the drops between reading
+// the old table's counters and the new table went uncounted.)
 func testPacketsDuringChanges(t *testing.T, z site, path applyPath) {
 	netns.Skip(t, "nft")
 	run := netns.NewRun(t, "bfp")
@@ -176,45 +179,30 @@ func testPacketsDuringChanges(t *testing.T, z site, path applyPath) {
 	if changeErr != nil {
 		t.Fatal(changeErr)
 	}
-	err = netns.Eventually(10*time.Second, func() error {
+	if err := netns.Eventually(10*time.Second, func() error {
 		if n := got("a"); n != sent["a"] {
 			return fmt.Errorf("%d of peer a's %d datagrams reached the backend", n, sent["a"])
 		}
 		return nil
-	})
-	counters, cerr := f.Counters(ctx)
-	if cerr != nil {
-		t.Fatal(cerr)
-	}
-	lost := sent["a"] - got("a")
-	dropped := counters["peer_a_in"].Packets
-	switch {
-	case err == nil:
-	case path == pathFull && lost <= changes && dropped <= uint64(lost):
-		// A whole load replaces the table's base chains in one transaction, but while it
-		// commits both the old and the new NAT chain are on the hook: a new flow's first
-		// packet can meet the new one before the generation flips and the old one after,
-		// match neither, and go untranslated — then dropped by the new rules as not granted.
-		// Deltas never replace a chain (the subtest above is exact).
-		t.Logf("whole loads: %d of peer a's %d datagrams dropped (a first packet meeting the NAT chains mid-replacement), %d counted on its drop counter", lost, sent["a"], dropped)
-	default:
-		t.Logf("counters %v", counters)
+	}); err != nil {
+		if counters, cerr := f.Counters(ctx); cerr == nil {
+			t.Logf("counters %v", counters)
+		}
 		t.Log(backend.MustRun("nstat", "-az", "UdpRcvbufErrors", "UdpInDatagrams"))
+		t.Fatal(err)
+	}
+	counters, err := f.Counters(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n := got("x"); n != 0 {
 		t.Errorf("%d of peer x's datagrams reached the backend", n)
 	}
-	if path == pathDelta && dropped != 0 {
-		t.Errorf("peer a's drop counter: %d", dropped)
+	if c := counters["peer_a_in"].Packets; c != 0 {
+		t.Errorf("peer a's drop counter: %d", c)
 	}
-	switch c := counters["peer_x_in"].Packets; {
-	case path == pathDelta && c != uint64(sent["x"]):
+	if c := counters["peer_x_in"].Packets; c != uint64(sent["x"]) {
 		t.Errorf("peer x's drop counter: %d, peer x sent %d", c, sent["x"])
-	case c == 0 || c > uint64(sent["x"]):
-		t.Errorf("peer x's drop counter: %d, peer x sent %d", c, sent["x"])
-	case c < uint64(sent["x"]):
-		t.Logf("peer x's drop counter: %d of %d (the whole loads' carry-over misses what was dropped between its read and the new table)", c, sent["x"])
 	}
 	t.Logf("%d changes; peer a sent %d datagrams, %d received; peer x sent %d, none received", changes, sent["a"], got("a"), sent["x"])
 }
