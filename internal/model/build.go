@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -704,8 +705,9 @@ func buildPeers(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, verdicts map[string
 	allExp := uniqueSorted(exposureNames(gw))
 	allRev := uniqueSorted(reverseExposureNames(gw))
 
+	out.Peers = slices.Grow(out.Peers, len(ordered))
 	for i, p := range ordered {
-		pf := fmt.Sprintf("peers[%s]", p.Name)
+		pf := "peers[" + p.Name + "]"
 		if p.Name == "" {
 			errs.add(ReasonInvalidSpec, "peers", "a peer has no name")
 			continue
@@ -787,13 +789,14 @@ func checkSubnets(field string, subnets []string, errs *errList) {
 		errs.add(ReasonInvalidSpec, field, "at least one subnet is required")
 	}
 	for i, s := range subnets {
-		f := fmt.Sprintf("%s[%d]", field, i)
+		// The field's name is made only for an error: 10,000 peers pass through here.
+		f := func() string { return field + "[" + strconv.Itoa(i) + "]" }
 		p, err := netip.ParsePrefix(s)
 		switch {
 		case err != nil || !p.Addr().Is4():
-			errs.add(ReasonInvalidSpec, f, "%q is not an IPv4 CIDR", s)
+			errs.add(ReasonInvalidSpec, f(), "%q is not an IPv4 CIDR", s)
 		case p.Masked() != p:
-			errs.add(ReasonInvalidSpec, f, "%q is not a network address (host bits set)", s)
+			errs.add(ReasonInvalidSpec, f(), "%q is not a network address (host bits set)", s)
 		}
 	}
 }
