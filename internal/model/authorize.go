@@ -133,8 +133,10 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 		rev []string
 	}
 	states := make([]*state, len(ordered))
+	backing := make([]state, len(ordered)) // one allocation for all of them
 	for i, p := range ordered {
-		st := &state{peer: p, subnets: parsedSubnets(peerSubnets(gw, p))}
+		st := &backing[i]
+		st.peer, st.subnets = p, parsedSubnets(peerSubnets(gw, p))
 		st.decision, st.rev = decideGrant(gw, p, len(peers), exposures, reverse)
 		states[i] = st
 	}
@@ -506,7 +508,11 @@ func olderOverlaps(subnets [][]netip.Prefix) []map[int][][2]int {
 		p          netip.Prefix
 		owner, idx int
 	}
-	var all []entry
+	n := 0
+	for _, ps := range subnets {
+		n += len(ps)
+	}
+	all := make([]entry, 0, n)
 	for owner, ps := range subnets {
 		for idx, p := range ps {
 			all = append(all, entry{p.Masked(), owner, idx})
