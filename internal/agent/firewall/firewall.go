@@ -66,6 +66,9 @@ type Firewall struct {
 	// how long its transaction took (the kernel's part, for BenchmarkApply).
 	last   applyPath
 	lastTx time.Duration
+	// repaired is how the last repair of Verify went: pathReload (into the table in force) or
+	// pathFull (the table replaced).
+	repaired applyPath
 	// deltas applied since the reference listing was taken, not yet applied to it.
 	deltas  []nft.Delta
 	carried map[string]nft.CounterValue
@@ -223,8 +226,10 @@ func (f *Firewall) dial() (*netlink.Conn, error) {
 // Verify checks the table against the ruleset last applied and, when it is missing (deleted,
 // or the whole ruleset flushed: a node's `systemctl restart nftables`) or its listing differs
 // (a rule, set element or chain changed), re-loads that ruleset — the same all-or-nothing
-// transaction as Apply — and returns what it found. Counters are carried over as in Apply
-// when the drifted table could still be read; a deleted table's are lost.
+// transactions as Apply: into the table in force, keeping its chains and counters, and when
+// that is refused or leaves something the ruleset does not declare, replacing the table — and
+// returns what it found. Counters are carried over when the table is replaced and the drifted
+// one could still be read; a deleted table's are lost.
 //
 // One check costs one netlink round trip when Generation is set and nothing in the namespace
 // changed, otherwise one `nft -s list table`. Nothing happens before a ruleset was applied.
@@ -260,6 +265,10 @@ func (f *Firewall) Verify(ctx context.Context) (agent.Drift, error) {
 		return agent.Drift{}, nil
 	default:
 		drift = agent.Drift{Kind: agent.DriftChanged, Detail: diff}
+		if f.repairInPlace(ctx) {
+			f.repaired = pathReload
+			return drift, nil
+		}
 	}
 	var before map[string]nft.CounterValue
 	if !missing {
@@ -274,6 +283,7 @@ func (f *Firewall) Verify(ctx context.Context) (agent.Drift, error) {
 		f.layout = &l
 	}
 	f.carry(before)
+	f.repaired = pathFull
 	// The same ruleset lists as before: when the load was the namespace's only commit since
 	// (one transaction, one generation), the reference listing still holds.
 	if after, ok := f.generation(); genOK && ok && after == gen+1 && f.listing != nil {
@@ -282,6 +292,33 @@ func (f *Firewall) Verify(ctx context.Context) (agent.Drift, error) {
 		f.record(ctx)
 	}
 	return drift, nil
+}
+
+// repairInPlace loads the ruleset applied into the changed table in force (nft.Reload: rules
+// and sets flushed and re-added, chains re-declared with their policies; one transaction,
+// counters kept) and reports whether the table then lists as the reference listing. It does
+// not when the load is refused (a set or chain of the ruleset was deleted) or something the
+// ruleset does not declare was added to the table (Reload keeps what it does not know): then
+// the table is replaced.
+func (f *Firewall) repairInPlace(ctx context.Context) bool {
+	if f.layout == nil || f.listing == nil {
+		return false
+	}
+	script, ok := nft.Reload(*f.layout, *f.layout, f.applied)
+	if !ok {
+		return false
+	}
+	if err := f.load(ctx, script); err != nil {
+		f.Log.Info("ruleset not repaired in the table, replacing the table", "reason", err.Error())
+		return false
+	}
+	gen, genOK := f.generation()
+	got, missing, err := f.list(ctx)
+	if err != nil || missing || listingDiff(f.listing, got) != "" {
+		return false
+	}
+	f.gen, f.genOK = gen, genOK
+	return true
 }
 
 // record takes the reference listing of the table just applied.

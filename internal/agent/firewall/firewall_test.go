@@ -116,10 +116,12 @@ table ip bnerd_vpn {
 `
 
 // Verify against real nftables in a namespace: a deleted table, a flushed ruleset and changed
-// rules, elements or policies are re-applied — the table lists as it did after the apply, and
-// counters carry over where the drifted table could still be read — while an unchanged table
-// costs no transaction at all. Both ways of noticing: the kernel's generation first, and
-// listing every time.
+// rules, elements or policies are re-applied — changes into the table in force, its counters
+// counting on; a table gone, one with a chain the ruleset does not declare, or one whose set
+// was deleted by replacing it, counts carried over where the drifted table could still be
+// read — and the table lists as it did after the apply, while an unchanged table costs no
+// transaction at all. Both ways of noticing: the kernel's generation first, and listing every
+// time.
 func TestVerifyRepairsDrift(t *testing.T) {
 	netns.Skip(t, "nft", "ping")
 	for _, mode := range []string{"generation", "listing"} {
@@ -183,18 +185,24 @@ func testVerify(t *testing.T, ns *netns.NS, f *Firewall, gen func() (uint32, err
 		kind     string
 		detail   string // part of the Drift's detail
 		counts   bool   // the counters could be read before the repair
+		// repaired: into the table in force (pathReload, its counters kept), or by replacing
+		// it (pathFull: the table was gone, or Reload would keep what it does not declare)
+		repaired applyPath
 	}{
-		{"table deleted", []string{"delete", "table", "ip", "bnerd_vpn"}, agent.DriftMissing, "not found", false},
-		{"ruleset flushed", []string{"flush", "ruleset"}, agent.DriftMissing, "not found", false},
+		{"table deleted", []string{"delete", "table", "ip", "bnerd_vpn"}, agent.DriftMissing, "not found", false, pathFull},
+		{"ruleset flushed", []string{"flush", "ruleset"}, agent.DriftMissing, "not found", false, pathFull},
 		{"accept-all inserted", []string{"insert", "rule", "ip", "bnerd_vpn", "forward", "accept"}, agent.DriftChanged,
-			`chain forward: "accept" found where "ct state established,related accept" was applied`, true},
-		{"rule replaced", nil, agent.DriftChanged, `chain forward: "ip saddr 203.0.113.0/24 accept" found where "counter name ip saddr map @peer_in drop"`, true},
+			`chain forward: "accept" found where "ct state established,related accept" was applied`, true, pathReload},
+		{"rule replaced", nil, agent.DriftChanged, `chain forward: "ip saddr 203.0.113.0/24 accept" found where "counter name ip saddr map @peer_in drop"`, true, pathReload},
 		{"grant element added", []string{"add", "element", "ip", "bnerd_vpn", "fwd_grants", "{ 203.0.113.16/28 . 100.64.7.10 . tcp . 443 }"},
-			agent.DriftChanged, `set fwd_grants: "203.0.113.16/28 . 100.64.7.10 . tcp . 443"`, true},
-		{"DNAT element changed", nil, agent.DriftChanged, `map fwd_dnat: "100.64.7.12 . tcp . 22 : 192.0.2.99 . 22"`, true},
+			agent.DriftChanged, `set fwd_grants: "203.0.113.16/28 . 100.64.7.10 . tcp . 443"`, true, pathReload},
+		{"DNAT element changed", nil, agent.DriftChanged, `map fwd_dnat: "100.64.7.12 . tcp . 22 : 192.0.2.99 . 22"`, true, pathReload},
 		{"policy changed", []string{"add", "chain", "ip", "bnerd_vpn", "forward", "{ type filter hook forward priority filter; policy accept; }"},
-			agent.DriftChanged, `policy accept;" found where`, true},
-		{"chain flushed", []string{"flush", "chain", "ip", "bnerd_vpn", "input"}, agent.DriftChanged, `chain input: "}" found where "icmp type`, true},
+			agent.DriftChanged, `policy accept;" found where`, true, pathReload},
+		{"chain flushed", []string{"flush", "chain", "ip", "bnerd_vpn", "input"}, agent.DriftChanged, `chain input: "}" found where "icmp type`, true, pathReload},
+		{"foreign chain added", []string{"add", "chain", "ip", "bnerd_vpn", "early", "{ type filter hook forward priority -200; policy accept; }"},
+			agent.DriftChanged, `"chain early {" found where "chain forward {" was applied`, true, pathFull},
+		{"set of the ruleset deleted", nil, agent.DriftChanged, `"map peer_in {" found where "set fwd_grants {" was applied`, true, pathFull},
 	}
 	for i, c := range cases {
 		total := counted()
@@ -208,9 +216,14 @@ func testVerify(t *testing.T, ns *netns.NS, f *Firewall, gen func() (uint32, err
 		case "DNAT element changed":
 			ns.MustRun("nft", "delete", "element", "ip", "bnerd_vpn", "fwd_dnat", "{ 100.64.7.12 . tcp . 22 }")
 			ns.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_dnat", "{ 100.64.7.12 . tcp . 22 : 192.0.2.99 . 22 }")
+		case "set of the ruleset deleted": // the load into the table, flushing it, is refused
+			ns.MustRun("nft", "flush", "chain", "ip", "bnerd_vpn", "prerouting")
+			ns.MustRun("nft", "delete", "set", "ip", "bnerd_vpn", "fwd_grants")
 		default:
 			ns.MustRun(append([]string{"nft"}, c.sabotage...)...)
 		}
+		carried := f.carried["peer_a_in"].Packets
+		f.repaired = pathNone
 		d, err := f.Verify(ctx)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
@@ -218,7 +231,13 @@ func testVerify(t *testing.T, ns *netns.NS, f *Firewall, gen func() (uint32, err
 		if d.Kind != c.kind || !strings.Contains(d.Detail, c.detail) {
 			t.Errorf("%s: found %+v, want %s with %q", c.name, d, c.kind, c.detail)
 		}
-		if got := ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"); got != applied {
+		if f.repaired != c.repaired {
+			t.Errorf("%s: repaired by path %d, want %d", c.name, f.repaired, c.repaired)
+		}
+		if c.repaired == pathReload && f.carried["peer_a_in"].Packets != carried {
+			t.Errorf("%s: a repair in the table carried counts over: the counter was re-created", c.name)
+		}
+		if got := ns.MustRun("nft", "-s", "list", "table", "ip", "bnerd_vpn"); CanonicalListing(got) != CanonicalListing(applied) {
 			t.Fatalf("%s: after the repair the table lists\n%s\nwant\n%s", c.name, got, applied)
 		}
 		if d, err := f.Verify(ctx); err != nil || d.Drifted() {
