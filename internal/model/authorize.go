@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -412,7 +413,7 @@ func decideGrant(gw *vpnv1.VPNGateway, p *vpnv1.VPNPeer, peerCount int, exposure
 	return Decision{
 		Authorized: true,
 		Reason:     ReasonAuthorized,
-		Message:    fmt.Sprintf("granted exposures: %s; reverse exposures: %s", listOrNone(exp), listOrNone(rev)),
+		Message:    "granted exposures: " + listOrNone(exp) + "; reverse exposures: " + listOrNone(rev),
 	}, rev
 }
 
@@ -592,12 +593,21 @@ func uniqueSorted(in []string) []string {
 	return slices.Compact(out)
 }
 
+// quoteJoin writes the names quoted as %q does, separated by ", " (one buffer: every
+// authorized peer's message has it).
 func quoteJoin(names []string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = fmt.Sprintf("%q", n)
+	n := 0
+	for _, name := range names {
+		n += len(name) + 4
 	}
-	return strings.Join(q, ", ")
+	b := make([]byte, 0, n)
+	for i, name := range names {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendQuote(b, name)
+	}
+	return string(b)
 }
 
 func listOrNone(names []string) string {
