@@ -132,6 +132,8 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 		decision Decision
 		// rev is the peer's reverse-exposure grant while it would be allowed.
 		rev []string
+		// refused: a step made the peer dark (the first refusal's reason stays).
+		refused bool
 	}
 	states := make([]*state, len(ordered))
 	backing := make([]state, len(ordered)) // one allocation for all of them
@@ -143,12 +145,11 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 	}
 	// refuse makes a peer dark with the first refusal found: a later, less fundamental step
 	// never replaces an earlier step's reason.
-	refused := make(map[*state]bool, len(states))
 	refuse := func(st *state, reason, msg string) {
-		if refused[st] {
+		if st.refused {
 			return
 		}
-		refused[st] = true
+		st.refused = true
 		st.decision = Decision{Reason: reason, Message: msg}
 		st.rev = nil
 	}
@@ -163,7 +164,7 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 	ids := make(map[string]string, len(states)) // normalized identity -> peer holding it
 	for j, st := range states {
 		if st.decision.Reason == ReasonProtocolMismatch {
-			refused[st] = true
+			st.refused = true
 			st.withheld = st.subnets
 			continue
 		}
@@ -185,7 +186,7 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 		default:
 			ids[key] = st.peer.Name
 		}
-		if refused[st] {
+		if st.refused {
 			st.withheld = st.subnets
 			continue
 		}
@@ -475,7 +476,7 @@ func compareAge(a, b *vpnv1.VPNPeer) int {
 // parsedSubnets parses, masks, sorts and de-duplicates subnets, skipping unparsable ones
 // (Build reports those).
 func parsedSubnets(raw []string) []netip.Prefix {
-	var out []netip.Prefix
+	out := make([]netip.Prefix, 0, len(raw))
 	for _, s := range raw {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {

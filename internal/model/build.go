@@ -716,11 +716,12 @@ func buildPeers(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, verdicts map[string
 			errs.add(ReasonInvalidSpec, pf, "peer %q is listed more than once", p.Name)
 			continue
 		}
+		v := verdicts[p.Name]
 		mp := Peer{
 			Name:          p.Name,
 			UID:           p.UID,
 			Generation:    p.Generation,
-			Authorization: verdicts[p.Name].Decision,
+			Authorization: v.Decision,
 		}
 		if s := p.Spec.IPsec; s != nil {
 			f := pf + ".spec.ipsec"
@@ -767,8 +768,8 @@ func buildPeers(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, verdicts map[string
 			checkSubnets(f+".subnets", s.Subnets, errs)
 			mp.WireGuard = wg
 		}
-		mp.SourceCIDRs = slices.Clone(verdicts[p.Name].tunnel)
-		mp.WithheldCIDRs = slices.Clone(verdicts[p.Name].withheld)
+		mp.SourceCIDRs = slices.Clone(v.tunnel)
+		mp.WithheldCIDRs = slices.Clone(v.withheld)
 
 		if d := mp.Authorization; d.Authorized {
 			if d.Reason == ReasonDefaultAllow {
