@@ -10,9 +10,10 @@
 // as one netlink transaction of just those changes (delta.go): all or nothing like `nft -f`,
 // in milliseconds where a whole 10,000-peer table takes half a second, and without touching
 // the counters that stay. Should the kernel refuse a delta, the ruleset is loaded whole
-// instead, and should it refuse a load into the table, the table is replaced; the next Verify
-// lists the table and compares it with what was applied, repairing any difference by
-// replacing the table.
+// instead, and should it refuse a load into the table, the table is replaced. The next Verify
+// lists the table and compares it with what was applied, repairing any difference the same
+// way: into the table in force, or by replacing it when that is refused or leaves something
+// the ruleset does not declare.
 package firewall
 
 import (

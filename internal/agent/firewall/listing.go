@@ -106,14 +106,17 @@ func sortBlocks(lines []string) []string {
 		at = append(at, i)
 		i = end - 1
 	}
-	sorted := slices.IsSortedFunc(blocks, func(a, b block) int {
-		return cmpBlocks(a.group, a.name, b.group, b.name)
-	})
-	if sorted {
+	byGroupAndName := func(a, b block) int {
+		if a.group != b.group {
+			return a.group - b.group
+		}
+		return strings.Compare(a.name, b.name)
+	}
+	if slices.IsSortedFunc(blocks, byGroupAndName) {
 		return lines
 	}
 	order := slices.Clone(blocks)
-	slices.SortStableFunc(order, func(a, b block) int { return cmpBlocks(a.group, a.name, b.group, b.name) })
+	slices.SortStableFunc(order, byGroupAndName)
 	out := make([]string, 0, len(lines))
 	prev := 0
 	for k, start := range at {
@@ -122,13 +125,6 @@ func sortBlocks(lines []string) []string {
 		prev = start + len(blocks[k].lines)
 	}
 	return append(out, lines[prev:]...)
-}
-
-func cmpBlocks(ga int, na string, gb int, nb string) int {
-	if ga != gb {
-		return ga - gb
-	}
-	return strings.Compare(na, nb)
 }
 
 // isCounterLine reports whether a normalised line declares a named counter.
