@@ -197,6 +197,7 @@ func benchThroughput(b *testing.B, proto vpnv1.Protocol) {
 			b.Name(), nft.LibipsecInterface, hv.cost.perGB(), nv.cost.perGB(), av.cost.perGB(),
 			av.cost.perGB()/hv.cost.perGB(), nv.cost.perGB()/hv.cost.perGB(), av.cost.perGB()/nv.cost.perGB())
 		b.ReportMetric(av.cost.perGB()/hv.cost.perGB(), "cpu-agent/hand")
+		fmt.Printf("%s: nftables flowtables (a fast path for established flows, their translation included): %s\n", b.Name(), l.flowtableSupport(nft.LibipsecInterface))
 	}
 	fmt.Printf("%s: 1500-byte client path, %d MiB echoed: agent-configured: completed, client MSS %d (clamp %d), IP fragments %d, too big for a link %d; hand-configured: completed, client MSS %d, IP fragments %d, too big for a link %d (path MTU discovery: %s)\n",
 		b.Name(), bulkBytes>>20, agentMTU.mss, clamp, agentMTU.fragments, agentMTU.tooBig,
@@ -487,4 +488,28 @@ func orNone(s string) string {
 		return "none needed"
 	}
 	return s
+}
+
+// flowtableProbe is the table a throughput run declares, and deletes, to learn whether the
+// kernel offers nftables flowtables.
+const flowtableProbe = "bench_flowtable_probe"
+
+// flowtableSupport says whether the gateway's kernel offers nftables flowtables: the software
+// fast path (nf_flow_table) that would carry an established flow's packets, its translation
+// included, from the ingress of one device to the other without conntrack, the NAT chains or
+// routing — the only way to take the exposure's per-packet translation off kernel-libipsec's
+// inbound thread. It declares a table holding one on dev and deletes it again.
+func (l *lab) flowtableSupport(dev string) string {
+	l.tb.Helper()
+	decl := fmt.Sprintf("table ip %s {\n\tflowtable f {\n\t\thook ingress priority filter\n\t\tdevices = { %q }\n\t}\n}\n", flowtableProbe, dev)
+	out, err := l.gw.RunInput(decl, "nft", "-f", "-")
+	if err != nil {
+		reason := "refused"
+		if i := strings.Index(out, "Error: "); i >= 0 {
+			reason = strings.TrimSpace(strings.SplitN(out[i+len("Error: "):], "\n", 2)[0])
+		}
+		return "not available in this kernel (nft: " + reason + ")"
+	}
+	l.gw.MustRun("nft", "delete", "table", "ip", flowtableProbe)
+	return "available (the ruleset does not use them)"
 }
