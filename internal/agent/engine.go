@@ -22,7 +22,10 @@ type Firewall interface {
 	// Verify checks the table against the ruleset last applied and re-applies that ruleset when
 	// the table is missing or differs; the Drift it returns says what it found (zero: nothing).
 	Verify(ctx context.Context) (Drift, error)
+	// Counters are the named counters' and the drops set elements' totals (nft.DropName).
 	Counters(ctx context.Context) (map[string]nft.CounterValue, error)
+	// ForgetDrops deletes drops set elements and returns what they had counted.
+	ForgetDrops(ctx context.Context, names []string) (map[string]nft.CounterValue, error)
 	// OpenStartupGate removes the startup gate the init step installed (nft.StartupGate).
 	OpenStartupGate(ctx context.Context) error
 	// CutRevokedFlows ends the translated connections the model no longer grants.
@@ -128,6 +131,10 @@ type Engine struct {
 	// ruled is the model of the ruleset the firewall holds (set before the rest of an update
 	// is applied, which may fail).
 	ruled *model.Gateway
+	// drops names each peer's drops set elements in the ruleset applied; retired is what the
+	// subnets a peer no longer has had counted for it (drops.go).
+	drops   map[string]nft.PeerDrops
+	retired map[string]peerDrops
 	// repairs counts ruleset repairs (bnerd_vpn_ruleset_repairs_total).
 	repairs atomic.Uint64
 	// verifyErr and verifyErrAt: the last failed check, logged again only when it changes or
@@ -147,6 +154,7 @@ func (e *Engine) Apply(ctx context.Context, u Update) error {
 	e.mu.Lock()
 	e.ruled = u.Bundle.Model
 	e.mu.Unlock()
+	e.settleDrops(ctx, u.Bundle.Model)
 	// New connections now meet the new grants; established ones a grant no longer covers end.
 	if n, err := e.Firewall.CutRevokedFlows(ctx, u.Bundle.Model); err != nil {
 		e.Log.Error(err, "revoked grants: established connections could not be cut; new ones are refused")
@@ -183,6 +191,45 @@ func (e *Engine) Apply(ctx context.Context, u Update) error {
 	e.bundle = u.Bundle
 	e.mu.Unlock()
 	return nil
+}
+
+// settleDrops follows the ruleset to next's: the drops elements of subnets that changed hands
+// or went are deleted, what they had counted retired to their peer while it exists, and the
+// names of each peer's elements are next's.
+func (e *Engine) settleDrops(ctx context.Context, next *model.Gateway) {
+	names, err := nft.DropCounters(next)
+	if err != nil {
+		names = nil // the firewall applied its ruleset: not reached
+	}
+	e.mu.Lock()
+	prev := e.drops
+	e.mu.Unlock()
+	stale := staleDrops(prev, names)
+	var forget []string
+	for _, d := range stale {
+		forget = append(append(forget, d.In...), d.Out...)
+	}
+	retire := map[string]peerDrops{}
+	if len(forget) > 0 {
+		counted, err := e.Firewall.ForgetDrops(ctx, forget)
+		if err != nil {
+			e.Log.Error(err, "drops of subnets that changed hands or went: their counts may pass to a new owner", "subnets", len(forget))
+		}
+		for peer, d := range stale {
+			retire[peer] = peerDrops{in: sumOf(counted, d.In), out: sumOf(counted, d.Out)}
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	retired := make(map[string]peerDrops, len(e.retired))
+	for peer := range names {
+		r := e.retired[peer]
+		r.in, r.out = add(r.in, retire[peer].in), add(r.out, retire[peer].out)
+		if r != (peerDrops{}) {
+			retired[peer] = r
+		}
+	}
+	e.drops, e.retired = names, retired
 }
 
 // Verify checks the ruleset against the one applied and, when the firewall found it missing
@@ -240,8 +287,10 @@ func (e *Engine) Refresh(ctx context.Context) (Snapshot, error) {
 	if v, ok := counters[nft.CounterSpoofed]; ok {
 		snap.Spoofed = &v
 	}
+	e.mu.Lock()
+	drops, retired := e.drops, e.retired
+	e.mu.Unlock()
 	for _, p := range b.Model.Peers {
-		names := nft.PeerCounters(p.Name)
 		st, ok := states[p.Name]
 		if !ok {
 			st = PeerState{State: StateDown, Message: "no tunnel configured for this peer"}
@@ -249,8 +298,8 @@ func (e *Engine) Refresh(ctx context.Context) (Snapshot, error) {
 		snap.Peers[p.Name] = PeerSnapshot{
 			PeerState:  st,
 			Authorized: p.Authorization.Authorized,
-			DropsIn:    counters[names.In],
-			DropsOut:   counters[names.Out],
+			DropsIn:    add(sumOf(counters, drops[p.Name].In), retired[p.Name].in),
+			DropsOut:   add(sumOf(counters, drops[p.Name].Out), retired[p.Name].out),
 		}
 	}
 	e.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +31,7 @@ type fakeFirewall struct {
 	drift     Drift
 	verifyErr error
 	verifies  int
+	forgotten []string
 }
 
 func (f *fakeFirewall) Verify(context.Context) (Drift, error) {
@@ -72,6 +74,19 @@ func (f *fakeFirewall) Counters(context.Context) (map[string]nft.CounterValue, e
 	return f.counters, nil
 }
 
+// ForgetDrops deletes the elements as the firewall does, and records their names.
+func (f *fakeFirewall) ForgetDrops(_ context.Context, names []string) (map[string]nft.CounterValue, error) {
+	counted := map[string]nft.CounterValue{}
+	for _, n := range names {
+		if v, ok := f.counters[n]; ok {
+			counted[n] = v
+			delete(f.counters, n)
+		}
+		f.forgotten = append(f.forgotten, n)
+	}
+	return counted, nil
+}
+
 type fakeDriver struct {
 	applied int
 	states  map[string]PeerState
@@ -93,8 +108,10 @@ func bundle() *render.Bundle {
 	return &render.Bundle{
 		Model: &model.Gateway{Name: "gw", Protocol: model.ProtocolIPsec, ServiceCIDR: netip.MustParsePrefix("100.64.7.0/24"),
 			Peers: []model.Peer{
-				{Name: "a", Authorization: model.Decision{Authorized: true, Reason: model.ReasonDefaultAllow}},
-				{Name: "b", Authorization: model.Decision{Reason: model.ReasonNoGrants}},
+				{Name: "a", Authorization: model.Decision{Authorized: true, Reason: model.ReasonDefaultAllow},
+					SourceCIDRs: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}},
+				{Name: "b", Authorization: model.Decision{Reason: model.ReasonNoGrants},
+					SourceCIDRs: []netip.Prefix{netip.MustParsePrefix("203.0.113.16/28"), netip.MustParsePrefix("198.51.100.0/25")}},
 			}},
 		Ruleset: "table ip bnerd_vpn {}",
 	}
@@ -154,9 +171,10 @@ func (d *failingDriver) Apply(ctx context.Context, b *render.Bundle, s Secrets) 
 }
 
 func TestEngineSnapshot(t *testing.T) {
-	a := nft.PeerCounters("a")
-	b := nft.PeerCounters("b")
-	fw := &fakeFirewall{counters: map[string]nft.CounterValue{a.In: {Packets: 1}, b.In: {Packets: 7, Bytes: 700}, b.Out: {Packets: 2}}}
+	fw := &fakeFirewall{counters: map[string]nft.CounterValue{
+		"drops_in_28 203.0.113.0": {Packets: 1}, "drops_in_28 203.0.113.16": {Packets: 4, Bytes: 400},
+		"drops_in_25 198.51.100.0": {Packets: 3, Bytes: 300}, "drops_out_25 198.51.100.0": {Packets: 2},
+	}}
 	d := &fakeDriver{states: map[string]PeerState{"a": {State: StateEstablished, BytesIn: 10}}}
 	r := &fakeReporter{}
 	e := &Engine{Driver: d, Firewall: fw, Reporter: r, Log: logr.Discard(), SkipLocalAddress: true}
@@ -188,6 +206,65 @@ func TestEngineSnapshot(t *testing.T) {
 	}
 	if s := snap.Spoofed; s == nil || *s != (nft.CounterValue{Packets: 4, Bytes: 336}) {
 		t.Errorf("spoofed drops %v, want 4 packets, 336 bytes", s)
+	}
+}
+
+// A subnet that changes hands takes none of its drops along: its element is deleted and what
+// it counted stays with the peer that had it, whose totals never go down; a subnet a peer
+// keeps is left alone; a peer gone takes its totals with it.
+func TestEngineDropsFollowSubnets(t *testing.T) {
+	fw := &fakeFirewall{counters: map[string]nft.CounterValue{
+		"drops_in_28 203.0.113.16": {Packets: 4, Bytes: 400}, "drops_in_25 198.51.100.0": {Packets: 3, Bytes: 300},
+		"drops_out_25 198.51.100.0": {Packets: 2, Bytes: 200},
+	}}
+	d := &fakeDriver{}
+	e := &Engine{Driver: d, Firewall: fw, Log: logr.Discard(), SkipLocalAddress: true}
+	ctx := context.Background()
+	b := bundle()
+	if err := e.Apply(ctx, Update{Bundle: b}); err != nil {
+		t.Fatal(err)
+	}
+	if len(fw.forgotten) != 0 {
+		t.Fatalf("the first ruleset forgot %v", fw.forgotten)
+	}
+
+	// b's /25 moves to a; b keeps its /28.
+	moved := bundle()
+	moved.Model.Peers[0].SourceCIDRs = append(moved.Model.Peers[0].SourceCIDRs, moved.Model.Peers[1].SourceCIDRs[1])
+	moved.Model.Peers[1].SourceCIDRs = moved.Model.Peers[1].SourceCIDRs[:1]
+	moved.Ruleset += " "
+	if err := e.Apply(ctx, Update{Bundle: moved}); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(fw.forgotten)
+	if want := []string{"drops_in_25 198.51.100.0", "drops_out_25 198.51.100.0"}; !slices.Equal(fw.forgotten, want) {
+		t.Fatalf("forgot %v, want %v", fw.forgotten, want)
+	}
+	fw.counters["drops_in_25 198.51.100.0"] = nft.CounterValue{Packets: 1, Bytes: 100} // a's first drop there
+	snap, err := e.Refresh(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, pb := snap.Peers["a"], snap.Peers["b"]
+	if pa.DropsIn != (nft.CounterValue{Packets: 1, Bytes: 100}) || pa.DropsOut != (nft.CounterValue{}) {
+		t.Errorf("peer a, the /25's new owner: in %+v out %+v, want 1 packet in", pa.DropsIn, pa.DropsOut)
+	}
+	if pb.DropsIn != (nft.CounterValue{Packets: 7, Bytes: 700}) || pb.DropsOut != (nft.CounterValue{Packets: 2, Bytes: 200}) {
+		t.Errorf("peer b, which gave the /25 away: in %+v out %+v, want its totals kept (7 in, 2 out)", pb.DropsIn, pb.DropsOut)
+	}
+
+	// b goes: its /28's element is deleted, its retired totals with it.
+	gone := bundle()
+	gone.Model.Peers = gone.Model.Peers[:1]
+	gone.Ruleset += "  "
+	if err := e.Apply(ctx, Update{Bundle: gone}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(fw.forgotten, "drops_in_28 203.0.113.16") {
+		t.Errorf("peer b's /28 element was not deleted: %v", fw.forgotten)
+	}
+	if _, ok := e.retired["b"]; ok {
+		t.Errorf("a peer gone keeps retired totals: %+v", e.retired)
 	}
 }
 

@@ -110,12 +110,12 @@ func TestGuestKernelWireGuardGateway(t *testing.T) {
 		return request(site, "tcp", src, web, 2*time.Second)
 	})
 	t.Logf("granted: site w tcp -> %s answered through kernel WireGuard", web)
-	counter := nft.PeerCounters("w").In
-	before := nftCounter(t, node, "ip", nft.Table, counter)
+	counter := "w's drops"
+	before := peerDropsIn(t, node, m, "w")
 	if err := request(site, "tcp", src, netip.AddrPortFrom(vip, 81).String(), 700*time.Millisecond); err == nil {
 		t.Error("site w reached port 81, which is not exposed")
 	}
-	if after := nftCounter(t, node, "ip", nft.Table, counter); after <= before {
+	if after := peerDropsIn(t, node, m, "w"); after <= before {
 		t.Errorf("not exposed: dropped but %s did not count it (%d -> %d)", counter, before, after)
 	} else {
 		t.Logf("not granted: site w tcp -> %s:81 dropped, %s %d -> %d", vip, counter, before, after)

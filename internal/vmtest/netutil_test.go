@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
 
 // echo serves a TCP echo (line by line) and a UDP echo on addr (host:port) inside ns until
@@ -269,5 +271,24 @@ func nftCounter(t testing.TB, ns *netns.NS, family, table, name string) int {
 		t.Fatalf("counter %s: %s", name, out)
 	}
 	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// peerDropsIn is how many packets from a peer's subnets the gateway's ruleset has dropped:
+// the sum of its subnets' elements in the drops sets (nft.DropCounters of the model m).
+func peerDropsIn(t testing.TB, ns *netns.NS, m *model.Gateway, peer string) int {
+	t.Helper()
+	drops, err := nft.ParseDrops([]byte(ns.MustRun("nft", "-j", "list", "table", "ip", nft.Table)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := nft.DropCounters(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, name := range names[peer].In {
+		n += int(drops[name].Packets)
+	}
 	return n
 }

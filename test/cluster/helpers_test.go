@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +37,7 @@ import (
 
 	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 )
 
 // The lab's constants, as hack/lab/common.sh sets them.
@@ -264,19 +266,23 @@ func (l *lab) ikeSA(site string) string {
 	return ikeSARe.FindString(out)
 }
 
-// nftCounter reads a named counter's packets from the node's bnerd_vpn table.
-func (l *lab) nftCounter(name string) (int64, error) {
-	out, err := l.run(10*time.Second, "nft", "list", "counter", "ip", "bnerd_vpn", name)
+// nftDrops is how many packets from the subnet lan the node's gateway ruleset has dropped: its
+// element of the drops set of its prefix length (none before the first drop).
+func (l *lab) nftDrops(lan string) (int64, error) {
+	p, err := netip.ParsePrefix(lan)
 	if err != nil {
 		return 0, err
 	}
-	f := strings.Fields(out)
-	for i := 0; i+1 < len(f); i++ {
-		if f[i] == "packets" {
-			return strconv.ParseInt(f[i+1], 10, 64)
-		}
+	set := fmt.Sprintf("%s_%d", nft.SetDropsIn, p.Bits())
+	out, err := l.run(10*time.Second, "nft", "-j", "list", "set", "ip", nft.Table, set)
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("no packets in %q", out)
+	drops, err := nft.ParseDrops([]byte(out))
+	if err != nil {
+		return 0, err
+	}
+	return int64(drops[nft.DropName(set, p.Masked().Addr())].Packets), nil
 }
 
 // gatewayPod is a Running pod of the gateway.

@@ -84,9 +84,9 @@ func test4gNodeTrafficUntouched(t *testing.T) {
 		}
 	})
 	lan := siteLAN(lookalikeIndex)
-	// the peer's subnet is in the node's ruleset (its per-peer drop map of its prefix length)
+	// the peer's subnet is in the node's ruleset (the peer map of its prefix length)
 	lanPrefix := netip.MustParsePrefix(lan)
-	peerOut := fmt.Sprintf("%s_%d", nft.SetPeerOut, lanPrefix.Bits())
+	peerOut := fmt.Sprintf("%s_%d", nft.SetPeer, lanPrefix.Bits())
 	if err := eventually(60*time.Second, func() error {
 		out, err := L.run(10*time.Second, "nft", "list", "map", "ip", "bnerd_vpn", peerOut)
 		if err != nil {

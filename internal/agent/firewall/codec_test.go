@@ -37,6 +37,10 @@ func TestEncodeElements(t *testing.T) {
 			"060000004e200000=6460000100160000"},
 		{nft.SetContents{Name: "rev_snat", Map: true, Type: "inet_service : ipv4_addr"}, "20000 : 100.64.7.20", false, "4e20=64400714"},
 		{nft.SetContents{Name: "reverse_clients", Type: "ipv4_addr"}, "198.51.100.10", false, "c633640a"},
+		// A grant class is a mark: in the host's byte order (these bytes: a little-endian host).
+		{nft.SetContents{Name: "peer_28", Map: true, Type: "ipv4_addr : mark"}, "203.0.113.16 : 0x1234abcd", false, "cb007110=cdab3412"},
+		{nft.SetContents{Name: "fwd_grants", Type: "mark . ipv4_addr . inet_proto . inet_service"},
+			"0x1234abcd . 100.64.7.10 . tcp . 443", false, "cdab34126440070a0600000001bb0000"},
 	}
 	for _, c := range cases {
 		codec, err := newSetCodec(c.set)
@@ -98,7 +102,7 @@ func TestEncodeRefuses(t *testing.T) {
 	}
 	for _, s := range []nft.SetContents{
 		{Name: "v", Map: true, Type: "ipv4_addr : verdict"},
-		{Name: "m", Map: true, Type: "ipv4_addr : mark"},
+		{Name: "m", Map: true, Type: "ipv4_addr : ether_addr"},
 		{Name: "i", Type: "inet_service", Interval: true},
 		{Name: "x", Map: false, Type: "ipv4_addr : ipv4_addr"},
 	} {

@@ -20,9 +20,10 @@ import (
 // that stay are never touched, so they keep counting.
 //
 // The batch is encoded here rather than with google/nftables: its SetElement (v0.3.0) cannot
-// carry NFTA_SET_ELEM_OBJREF, the counter an element of peer_in and peer_out selects, and
-// one transaction must hold every part of the change. The encoding follows what nft 1.0.6
-// itself sends (nft --debug=netlink): for a plain interval set a start element carrying the
+// carry NFTA_SET_ELEM_OBJREF, the named counter an element of a counter map selects, and one
+// transaction must hold every part of the change. The encoding follows what nft 1.0.6
+// itself sends (nft --debug=netlink): a mark (a grant class) in the host's byte order, the
+// other types in the network's; for a plain interval set a start element carrying the
 // value and an end element (flag INTERVAL_END) at the address after the range; for an
 // interval set of concatenations one element with KEY and KEY_END; each field of a
 // concatenation padded to 4 bytes.
@@ -46,6 +47,7 @@ type fieldType struct {
 }
 
 var fieldTypes = map[string]fieldType{
+	"mark":         {"mark", 4}, // a grant class: host byte order, as nft keeps a mark
 	"ipv4_addr":    {"ipv4_addr", 4},
 	"inet_proto":   {"inet_proto", 1},
 	"inet_service": {"inet_service", 2},
@@ -262,6 +264,13 @@ func encodeField(t fieldType, text string, interval bool) (lo, hi []byte, err er
 		} else {
 			b = binary.NativeEndian.AppendUint32(nil, uint32(v))
 		}
+		return b, b, nil
+	case "mark":
+		v, err := strconv.ParseUint(text, 0, 32)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%q is not a mark", text)
+		}
+		b := binary.NativeEndian.AppendUint32(nil, uint32(v))
 		return b, b, nil
 	case "inet_service":
 		v, err := strconv.ParseUint(text, 10, 16)

@@ -188,13 +188,15 @@ func testDeltaEqualsWholeLoad(t *testing.T, libipsec bool) {
 		{"reverse exposure gone: structure changes", anchored("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, host, adj), pathReload, pathNone},
 		{"every peer but the anchors removed", anchored("192.0.2.21", nil), pathDelta, pathNone},
 		{"peers back", anchored("192.0.2.21", nil, site{name: "a", subnets: a.subnets, grants: a.grants}, b, wide), pathDelta, pathNone},
-		// 300 peers at once: 600 counters, 600 map elements and 750 grants, 1,950 changes,
-		// just under the limit of one batch.
-		{"many peers at once", anchored("192.0.2.21", nil, append([]site{{name: "a", subnets: a.subnets, grants: a.grants}, b, wide}, benchSites(300)...)...), pathDelta, pathReload},
-		{"too many at once: loaded whole", anchored("192.0.2.21", nil, benchSites(800)...), pathReload, pathNone},
+		// 300 peers at once: 300 subnet elements (under kernel ESP a reqid and a source each too).
+		{"many peers at once", anchored("192.0.2.21", nil, append([]site{{name: "a", subnets: a.subnets, grants: a.grants}, b, wide}, benchSites(300)...)...), pathDelta, pathNone},
+		// 1,900 more: more elements of one set than one message holds, just under the limit of
+		// one batch (under kernel ESP three times as many changes: loaded whole).
+		{"1,900 peers at once", anchored("192.0.2.21", nil, append([]site{{name: "a", subnets: a.subnets, grants: a.grants}, b, wide}, benchSites(2200)...)...), pathDelta, pathReload},
+		{"too many at once: loaded whole", anchored("192.0.2.21", nil, benchSites(4500)...), pathReload, pathNone},
 		{"1,200 peers without grants", anchored("192.0.2.21", nil, regrant(benchSites(1200), nil)...), pathReload, pathNone},
-		// 1,200 grants into one set: more than one message holds.
-		{"1,200 grants at once", anchored("192.0.2.21", nil, regrant(benchSites(1200), []string{"db"})...), pathDelta, pathNone},
+		// Every subnet element's value (its grant class) changes: 2,400 changes.
+		{"1,200 grants at once", anchored("192.0.2.21", nil, regrant(benchSites(1200), []string{"db"})...), pathReload, pathNone},
 		{"one of 1,200 peers removed", anchored("192.0.2.21", nil, regrant(benchSites(1200), []string{"db"})[1:]...), pathDelta, pathDelta},
 	}
 	for _, s := range steps {
@@ -224,7 +226,7 @@ func testDeltaEqualsWholeLoad(t *testing.T, libipsec bool) {
 
 	// A table changed behind a delta's back is found by the same check, and repaired by a
 	// whole load: an element slipped in, then a delta that does not touch it.
-	gw.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_grants_30", "{ 192.0.2.200 . 100.64.7.10 . tcp . 443 }")
+	gw.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_grants", "{ 0x00000099 . 192.0.2.200 . tcp . 443 }")
 	text := renderFor(t, anchored("192.0.2.22", nil, regrant(benchSites(1200), []string{"db"})[1:]...), libipsec)
 	if err := f.Apply(ctx, text); err != nil || f.last != pathDelta {
 		t.Fatalf("a delta over a changed table: %v, path %d", err, f.last)
@@ -260,10 +262,20 @@ func TestDeltaOfRenderedChanges(t *testing.T) {
 	for _, s := range d.Sets {
 		got += fmt.Sprintf(" %s-%v+%v", s.Set.Name, s.Del, s.Add)
 	}
-	want := `[peer_b_in peer_b_out] [] peer_in_25-[]+[203.0.113.128 : "peer_b_in"] peer_out_25-[]+[203.0.113.128 : "peer_b_out"]` +
-		` fwd_grants_25-[]+[203.0.113.128 . 100.64.7.10 . tcp . 443 203.0.113.128 . 100.64.7.10 . udp . 443 203.0.113.128 . 100.64.7.11 . tcp . 5432]`
+	// b's grants are a class of their own: its ports are granted to it once, by class id.
+	want := `[] [] peer_25-[]+[203.0.113.128 : 0x90ce9538]` +
+		` fwd_grants-[]+[0x90ce9538 . 100.64.7.10 . tcp . 443 0x90ce9538 . 100.64.7.10 . udp . 443 0x90ce9538 . 100.64.7.11 . tcp . 5432]`
 	if got != want {
 		t.Errorf("delta\n%s\nwant\n%s", got, want)
+	}
+	// c is granted what a is: its subnet joins a's class, nothing else changes.
+	c := site{name: "c", subnets: []string{"198.51.100.0/25"}, grants: []string{"web"}}
+	third, err := nft.Split(render(t, testGateway("192.0.2.20", nil, a, b, c)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := nft.Diff(next, third); !ok || len(d.Sets) != 1 || len(d.Sets[0].Add) != 1 || !strings.HasPrefix(d.Sets[0].Add[0], "198.51.100.0 : ") {
+		t.Errorf("a peer granted as another: %+v (%v)", d, ok)
 	}
 	if _, err := deltaMessages(d); err != nil {
 		t.Fatal(err)
@@ -351,7 +363,7 @@ func TestRefusedDeltaLeavesTableWhole(t *testing.T) {
 	if err := f.Apply(ctx, render(t, testGateway("192.0.2.20", nil, a))); err != nil {
 		t.Fatal(err)
 	}
-	ns.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "fwd_grants_28", "{ 203.0.113.16 . 100.64.7.10 . tcp . 443 }")
+	ns.MustRun("nft", "add", "element", "ip", "bnerd_vpn", "peer_28", "{ 203.0.113.16 : 0x00000001 }")
 	next := render(t, testGateway("192.0.2.20", nil, a, b))
 	if err := f.Apply(ctx, next); err != nil {
 		t.Fatal(err)

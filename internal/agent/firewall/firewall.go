@@ -21,8 +21,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -132,9 +134,21 @@ func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 	// is known; should the kernel refuse that (the table is not what was applied), replacing it.
 	if splitErr == nil && f.layout != nil {
 		if script, ok := nft.Reload(*f.layout, next, ruleset); ok {
+			// A drops set the new ruleset does not declare (the last subnet of its length is
+			// gone) goes with the load: what its elements counted is carried over.
+			var gone map[string]nft.CounterValue
+			if dropsSetsGone(*f.layout, next) {
+				gone, _ = f.readDrops(ctx)
+			}
 			t0 := time.Now()
 			err := f.load(ctx, script)
 			if err == nil {
+				for name := range gone {
+					if set, _, _ := strings.Cut(name, " "); slices.ContainsFunc(next.Sets, func(s nft.SetContents) bool { return s.Name == set }) {
+						delete(gone, name)
+					}
+				}
+				f.carry(gone)
 				f.applied, f.layout, f.last, f.lastTx = ruleset, &next, pathReload, time.Since(t0)
 				f.Log.Info("ruleset applied", "by", "whole load into the table (nft -f)", "took", f.lastTx.String())
 				f.record(ctx)
@@ -162,6 +176,16 @@ func (f *Firewall) Apply(ctx context.Context, ruleset string) error {
 	}
 	f.record(ctx)
 	return nil
+}
+
+// dropsSetsGone reports whether old has a drops set (nft.IsDropsSet) that next does not.
+func dropsSetsGone(old, next nft.Layout) bool {
+	for _, s := range old.Sets {
+		if nft.IsDropsSet(s.Name) && !slices.ContainsFunc(next.Sets, func(n nft.SetContents) bool { return n.Name == s.Name }) {
+			return true
+		}
+	}
+	return false
 }
 
 // delta applies d to the table in one netlink transaction.
@@ -396,7 +420,9 @@ func (f *Firewall) Applied() bool {
 	return f.applied != ""
 }
 
-// Counters returns every named counter's total since the agent started.
+// Counters returns, since the agent started, every named counter's total and every drops
+// set element's (by nft.DropName): what the table counts now plus what tables it replaced had
+// counted.
 func (f *Firewall) Counters(ctx context.Context) (map[string]nft.CounterValue, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -404,24 +430,137 @@ func (f *Firewall) Counters(ctx context.Context) (map[string]nft.CounterValue, e
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]nft.CounterValue, len(cur))
+	out := make(map[string]nft.CounterValue, len(cur)+len(f.carried))
 	for name, v := range cur {
 		c := f.carried[name]
 		out[name] = nft.CounterValue{Packets: v.Packets + c.Packets, Bytes: v.Bytes + c.Bytes}
 	}
+	for name, c := range f.carried {
+		if _, ok := cur[name]; !ok {
+			out[name] = c // an element not made again since its table was replaced
+		}
+	}
 	return out, nil
 }
 
+// read lists the table's named counters and the elements of its drops sets.
 func (f *Firewall) read(ctx context.Context) (map[string]nft.CounterValue, error) {
-	out, err := exec.CommandContext(ctx, f.nft(), "-j", "list", "counters", "table", nft.Family, nft.Table).Output()
+	out, err := f.listJSON(ctx, "counters", "table", nft.Family, nft.Table)
+	if err != nil {
+		return nil, fmt.Errorf("reading nftables counters: %w", err)
+	}
+	counters, err := nft.ParseCounters(out)
+	if err != nil {
+		return nil, err
+	}
+	drops, err := f.readDrops(ctx)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(counters, drops)
+	return counters, nil
+}
+
+// readDrops lists the elements of the drops sets (nft.IsDropsSet) of the ruleset applied: each
+// set on its own, so that no other set's elements (a large gateway's tens of thousands) are
+// listed every time; every set of the table when the ruleset's layout is not known.
+func (f *Firewall) readDrops(ctx context.Context) (map[string]nft.CounterValue, error) {
+	if f.layout == nil {
+		out, err := f.listJSON(ctx, "sets", "table", nft.Family, nft.Table)
+		if err != nil {
+			return nil, fmt.Errorf("reading nftables drops sets: %w", err)
+		}
+		return nft.ParseDrops(out)
+	}
+	all := map[string]nft.CounterValue{}
+	for _, s := range f.layout.Sets {
+		if !nft.IsDropsSet(s.Name) {
+			continue
+		}
+		out, err := f.listJSON(ctx, "set", nft.Family, nft.Table, s.Name)
+		if err != nil {
+			return nil, fmt.Errorf("reading nftables set %s: %w", s.Name, err)
+		}
+		d, err := nft.ParseDrops(out)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(all, d)
+	}
+	return all, nil
+}
+
+// listJSON runs `nft -j list ARGS...`.
+func (f *Firewall) listJSON(ctx context.Context, args ...string) ([]byte, error) {
+	out, err := exec.CommandContext(ctx, f.nft(), append([]string{"-j", "list"}, args...)...).Output()
 	if err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
-			return nil, fmt.Errorf("reading nftables counters: %w: %s", err, strings.TrimSpace(string(exit.Stderr)))
+			return nil, fmt.Errorf("%w: %s", err, strings.TrimSpace(string(exit.Stderr)))
 		}
-		return nil, fmt.Errorf("reading nftables counters: %w", err)
+		return nil, err
 	}
-	return nft.ParseCounters(out)
+	return out, nil
+}
+
+// ForgetDrops deletes the drops set elements named (nft.DropName) and what was carried over
+// for them, and returns what they had counted: their subnets changed hands or are gone, and
+// whoever has one next counts from zero. Elements the kernel has not made (no drop yet) need
+// nothing.
+func (f *Firewall) ForgetDrops(ctx context.Context, names []string) (map[string]nft.CounterValue, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(names) == 0 {
+		return nil, nil
+	}
+	var present map[string]nft.CounterValue
+	if f.applied != "" {
+		var err error
+		if present, err = f.readDrops(ctx); err != nil {
+			return nil, err
+		}
+	}
+	counted := make(map[string]nft.CounterValue, len(names))
+	for _, n := range names {
+		v, c := present[n], f.carried[n]
+		if total := (nft.CounterValue{Packets: v.Packets + c.Packets, Bytes: v.Bytes + c.Bytes}); total != (nft.CounterValue{}) {
+			counted[n] = total
+		}
+		delete(f.carried, n)
+	}
+	// In transactions of at most maxDeltaChanges deletions (a gateway's peers all gone at once
+	// may have made tens of thousands of elements).
+	var d nft.Delta
+	bySet := map[string]int{}
+	flush := func() error {
+		if err := f.delta(d); err != nil {
+			return fmt.Errorf("deleting drops set elements: %w", err)
+		}
+		d, bySet = nft.Delta{}, map[string]int{}
+		return nil
+	}
+	for _, n := range names {
+		if _, ok := present[n]; !ok {
+			continue
+		}
+		set, addr, ok := strings.Cut(n, " ")
+		if !ok || !nft.IsDropsSet(set) {
+			return counted, fmt.Errorf("%q is not a drops set element", n)
+		}
+		i, seen := bySet[set]
+		if !seen {
+			i = len(d.Sets)
+			bySet[set] = i
+			d.Sets = append(d.Sets, nft.SetDelta{Set: nft.SetContents{Name: set, Type: "ipv4_addr"}})
+		}
+		d.Sets[i].Del = append(d.Sets[i].Del, addr)
+		if d.Changes() == maxDeltaChanges {
+			if err := flush(); err != nil {
+				return counted, err
+			}
+		}
+	}
+	return counted, flush()
 }
 
 func (f *Firewall) carry(cur map[string]nft.CounterValue) {

@@ -22,14 +22,23 @@ func CanonicalListing(listing string) string {
 // keep their order (it is state). Counter values and other stateful data are not in a `-s`
 // listing (nft 1.0.6 prints named counters as empty objects): each named counter is one line
 // "\tcounter NAME {}", all of them sorted where the first one was — the kernel lists objects
-// in the order they were created, which is no state either.
+// in the order they were created, which is no state either. A dynamic set's elements are left
+// out: the kernel makes them as packets come (drops_in_N counts a subnet's drops from its
+// first on), so they are not what the ruleset says.
 func normalizeListing(listing string) []string {
 	lines := strings.Split(listing, "\n")
 	out := make([]string, 0, len(lines))
+	dynamic := false // in a set the packet path adds to: its elements are no state of ours
 	for i := 0; i < len(lines); i++ {
 		line := strings.TrimRight(lines[i], " \t")
 		if strings.TrimSpace(line) == "" {
 			continue
+		}
+		switch trimmed := strings.TrimSpace(line); {
+		case strings.HasSuffix(trimmed, " {") && (strings.HasPrefix(trimmed, "set ") || strings.HasPrefix(trimmed, "map ")):
+			dynamic = false
+		case strings.HasPrefix(trimmed, "flags ") && slices.Contains(strings.Split(strings.ReplaceAll(trimmed[len("flags "):], " ", ""), ","), "dynamic"):
+			dynamic = true
 		}
 		if strings.HasPrefix(line, "\tcounter ") && strings.HasSuffix(line, " {") && i+1 < len(lines) &&
 			strings.TrimRight(lines[i+1], " \t") == "\t}" {
@@ -59,6 +68,9 @@ func normalizeListing(listing string) []string {
 			i++
 			inner.WriteByte('\n')
 			part = lines[i]
+		}
+		if dynamic {
+			continue
 		}
 		out = append(out, line[:at]+"elements = {")
 		elems := splitElements(inner.String())

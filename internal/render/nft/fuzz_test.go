@@ -220,9 +220,9 @@ func parseLoaded(t testing.TB, listJSON string) loaded {
 	return l
 }
 
-// cutLength splits "peer_in_24" into "peer_in" and 24, for the sets keyed by a peer subnet.
+// cutLength splits "peer_24" into "peer" and 24, for the sets keyed by a peer subnet.
 func cutLength(name string) (string, int, bool) {
-	for _, base := range []string{SetPeerIn, SetPeerOut, SetFwdGrants, SetTunnelSources} {
+	for _, base := range []string{SetPeer, SetDropsIn, SetDropsOut, SetTunnelSources} {
 		if rest, ok := strings.CutPrefix(name, base+"_"); ok {
 			if n, err := strconv.Atoi(rest); err == nil && n >= 0 && n <= 32 {
 				return base, n, true
@@ -233,7 +233,7 @@ func cutLength(name string) (string, int, bool) {
 }
 
 // withLength turns the /N network of a per-length set's key (the address of a plain key, the
-// first one of fwd_grants' concatenation, the second of tunnel_sources') into the prefix.
+// second one of tunnel_sources' concatenation) into the prefix.
 func withLength(t testing.TB, key any, set string, bits int) any {
 	t.Helper()
 	prefix := func(a any) any {
@@ -321,88 +321,73 @@ func checkLoaded(t testing.TB, g *model.Gateway, kernelESP bool, listJSON string
 	t.Helper()
 	l := parseLoaded(t, listJSON)
 
-	// Counters: two per peer plus the two shared ones (three with kernel ESP).
+	// Counters: the shared ones (a third with kernel ESP); a peer's drops are counted by
+	// elements the kernel makes, none at load.
 	want := []string{CounterOther, CounterUnknownIn}
 	if kernelESP {
 		want = append(want, CounterSpoofed)
-	}
-	peerByIn := map[string]*model.Peer{}
-	var all []span
-	for i := range g.Peers {
-		p := &g.Peers[i]
-		c := PeerCounters(p.Name)
-		want = append(want, c.In, c.Out)
-		peerByIn[c.In] = p
-		for _, s := range p.SourceCIDRs {
-			all = append(all, spanOf(s))
-		}
 	}
 	sort.Strings(want)
 	if !slices.Equal(l.counters, want) {
 		t.Fatalf("counters %v, want %v", l.counters, want)
 	}
-
-	// Counter maps: they cover exactly the peers' subnets, each block counted for a peer that
-	// has it, an authorized one wherever an authorized peer has it.
-	var keys []span
-	for _, e := range l.elems["peer_in"] {
-		s := jsonSpan(t, e[0])
-		keys = append(keys, s)
-		p := peerByIn[e[1].(string)]
-		if p == nil {
-			t.Fatalf("peer_in maps %v to unknown counter %v", e[0], e[1])
+	for _, set := range []string{SetDropsIn, SetDropsOut} {
+		if len(l.elems[set]) != 0 {
+			t.Fatalf("%s holds %v at load", set, l.elems[set])
 		}
-		if !containsSpan(p.SourceCIDRs, s) {
-			t.Fatalf("peer_in counts %v for peer %q, whose subnets are %v", e[0], p.Name, p.SourceCIDRs)
-		}
-		if !p.Authorization.Authorized {
-			for _, q := range g.Peers {
-				if q.Authorization.Authorized && containsSpan(q.SourceCIDRs, s) {
-					t.Fatalf("peer_in counts %v for dark peer %q although authorized peer %q has it", e[0], p.Name, q.Name)
-				}
-			}
-		}
-	}
-	if got, want := union(keys), union(all); !slices.Equal(got, want) {
-		t.Fatalf("peer_in covers %v, the peers' subnets are %v", got, want)
-	}
-	if len(l.elems["peer_out"]) != len(l.elems["peer_in"]) {
-		t.Fatalf("peer_out has %d elements, peer_in %d", len(l.elems["peer_out"]), len(l.elems["peer_in"]))
 	}
 
-	// Grants: per (virtual IP . protocol . port) exactly the granting peers' subnets.
-	wantGrants := map[string][]span{}
-	wantDNAT := []string{}
+	// Exposures: the forward ports each peer may reach, and their translations.
 	byName := map[string]*model.Peer{}
+	var all []span
 	for i := range g.Peers {
 		byName[g.Peers[i].Name] = &g.Peers[i]
+		for _, s := range g.Peers[i].SourceCIDRs {
+			all = append(all, spanOf(s))
+		}
 	}
+	wantDNAT := []string{}
+	grantedTo := map[string][]string{} // peer -> "vip . proto . port"
 	for _, e := range g.Exposures {
 		for _, port := range e.Ports {
 			k := fmt.Sprintf("%s . %s . %d", e.VirtualIP, port.Protocol, port.Port)
 			wantDNAT = append(wantDNAT, fmt.Sprintf("%s : %s . %d", k, e.Target, port.TargetPort))
 			for _, n := range e.GrantedTo {
-				for _, s := range byName[n].SourceCIDRs {
-					wantGrants[k] = append(wantGrants[k], spanOf(s))
-				}
+				grantedTo[n] = append(grantedTo[n], k)
 			}
 		}
 	}
-	gotGrants := map[string][]span{}
-	for _, e := range l.elems["fwd_grants"] {
+	classPorts := map[uint32][]string{}
+	for _, e := range l.elems[SetFwdGrants] {
 		c := e[0].(map[string]any)["concat"].([]any)
-		k := jsonText(map[string]any{"concat": c[1:]})
-		gotGrants[k] = append(gotGrants[k], jsonSpan(t, c[0]))
+		id := jsonMark(t, c[0])
+		if id == 0 {
+			t.Fatalf("fwd_grants grants class 0 %v", e[0])
+		}
+		classPorts[id] = append(classPorts[id], jsonText(map[string]any{"concat": c[1:]}))
 	}
-	for k := range wantGrants {
-		if got, want := union(gotGrants[k]), union(wantGrants[k]); !slices.Equal(got, want) {
-			t.Fatalf("fwd_grants for %s: %v, want %v", k, got, want)
+
+	// Peer subnets: the maps cover exactly the peers' subnets, each block belonging to the peer
+	// DESIGN.md gives it (an authorized one first, then the most specific subnet, then the first
+	// by name), its class granting exactly that peer's ports.
+	var keys []span
+	for _, e := range l.elems[SetPeer] {
+		s := jsonSpan(t, e[0])
+		keys = append(keys, s)
+		owner := ownerOf(g, s)
+		if owner == nil {
+			t.Fatalf("peer map holds %v, which no peer has", e[0])
+		}
+		got := slices.Clone(classPorts[jsonMark(t, e[1])])
+		want := slices.Clone(grantedTo[owner.Name])
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(slices.Compact(got), slices.Compact(want)) {
+			t.Fatalf("%v belongs to peer %q, granted %v; its class %v grants %v", e[0], owner.Name, want, e[1], got)
 		}
 	}
-	for k := range gotGrants {
-		if _, ok := wantGrants[k]; !ok {
-			t.Fatalf("fwd_grants has %s, which nobody is granted", k)
-		}
+	if got, want := union(keys), union(all); !slices.Equal(got, want) {
+		t.Fatalf("the peer maps cover %v, the peers' subnets are %v", got, want)
 	}
 	var gotDNAT []string
 	for _, e := range l.elems["fwd_dnat"] {
@@ -452,6 +437,46 @@ func checkLoaded(t testing.TB, g *model.Gateway, kernelESP bool, listJSON string
 	} else if _, ok := l.elems["reverse_clients"]; ok {
 		t.Fatal("reverse_clients rendered without any reverse exposure to serve")
 	}
+}
+
+// ownerOf is the peer an address block belongs to as DESIGN.md resolves overlaps: of the peers
+// with a subnet holding it, an authorized one, then the one with the most specific such subnet,
+// then the first by name; nil when no peer has it.
+func ownerOf(g *model.Gateway, s span) *model.Peer {
+	var best *model.Peer
+	bestBits := -1
+	for i := range g.Peers {
+		p := &g.Peers[i]
+		bits := -1
+		for _, c := range p.SourceCIDRs {
+			if cs := spanOf(c); cs.lo <= s.lo && s.hi <= cs.hi {
+				bits = max(bits, c.Bits())
+			}
+		}
+		switch {
+		case bits < 0:
+		case best == nil,
+			p.Authorization.Authorized && !best.Authorization.Authorized,
+			p.Authorization.Authorized == best.Authorization.Authorized && (bits > bestBits || bits == bestBits && p.Name < best.Name):
+			best, bestBits = p, bits
+		}
+	}
+	return best
+}
+
+// jsonMark reads a mark (a grant class) from nft -j.
+func jsonMark(t testing.TB, v any) uint32 {
+	t.Helper()
+	switch x := v.(type) {
+	case float64:
+		return uint32(x)
+	case string:
+		if n, err := strconv.ParseUint(x, 0, 32); err == nil {
+			return uint32(n)
+		}
+	}
+	t.Fatalf("not a mark: %#v", v)
+	return 0
 }
 
 func containsSpan(ps []netip.Prefix, s span) bool {

@@ -32,7 +32,7 @@ type SetContents struct {
 	Type string
 	// Interval: the declaration has "flags interval".
 	Interval bool
-	// Elements as the text writes them ("100.96.0.0/30 : \"peer_a_in\""), blanks collapsed.
+	// Elements as the text writes them ("100.96.0.0 : 0x1234abcd"), blanks collapsed.
 	Elements []string
 }
 

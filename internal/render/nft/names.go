@@ -5,16 +5,40 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
 
-// Counters names the two named nftables counters of one peer in table ip bnerd_vpn.
-type Counters struct {
-	// In counts packets from the peer's subnets (arriving through the tunnel) that were dropped:
-	// everything the peer is not granted.
-	In string
-	// Out counts packets toward the peer's subnets that were dropped.
-	Out string
+// PeerDrops names the set elements that count one peer's dropped packets, one for each of its
+// subnets (as the ruleset resolves overlaps): In from the subnet through the tunnel, Out toward
+// it; everything the peer is not granted. An element's counter exists from its subnet's first
+// drop on (DropName).
+type PeerDrops struct {
+	In, Out []string
+}
+
+// DropName names the element of a drops set (drops_in_28, drops_out_28, ...) for one /N
+// network: "drops_in_28 203.0.113.0".
+func DropName(set string, network netip.Addr) string { return set + " " + network.String() }
+
+// DropCounters returns, by peer name, the elements counting each peer's drops in the ruleset
+// rendered from g.
+func DropCounters(g *model.Gateway) (map[string]PeerDrops, error) {
+	peers, pieces, err := peerSubnets(g)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]PeerDrops, len(peers))
+	for _, e := range pieces {
+		bits := e.prefix.Bits()
+		d := out[peers[e.owner].Name]
+		d.In = append(d.In, DropName(lengthName(SetDropsIn, bits), e.prefix.Addr()))
+		d.Out = append(d.Out, DropName(lengthName(SetDropsOut, bits), e.prefix.Addr()))
+		out[peers[e.owner].Name] = d
+	}
+	return out, nil
 }
 
 // Counters that are not per peer.
@@ -28,10 +52,6 @@ const (
 	// subnets the SA they came through carries: another peer's address, or no peer's.
 	CounterSpoofed = "drop_spoofed"
 )
-
-// maxCleanName is the longest peer name used verbatim in counter names (nftables object names
-// are at most 255 bytes).
-const maxCleanName = 200
 
 // isDNSSubdomain reports whether s is a Kubernetes object name (RFC 1123 subdomain, any
 // length): dot-separated labels of [a-z0-9-] that start and end with a letter or digit.
@@ -51,30 +71,6 @@ func isDNSSubdomain(s string) bool {
 		}
 	}
 	return true
-}
-
-// PeerCounters returns the names of a peer's counters. It depends on the name alone:
-//   - a Kubernetes object name (RFC 1123 subdomain, at most 200 characters) is used verbatim:
-//     peer "site-a" has counters "peer_site-a_in" and "peer_site-a_out";
-//   - any other name is sanitized to at most 40 characters of [a-z0-9-] and disambiguated by the
-//     first 16 hex digits of its SHA-256: "peer_<sanitized>_<hash>_in".
-//
-// Kubernetes names contain no underscore, so the two forms never collide with each other, and
-// distinct Kubernetes names always give distinct counters; Render refuses a gateway whose
-// peers' counter names would still collide.
-func PeerCounters(peerName string) Counters {
-	base := "peer_" + idPart(peerName)
-	return Counters{In: base + "_in", Out: base + "_out"}
-}
-
-// idPart is the identifier-safe form of a name: the name itself when it is a Kubernetes object
-// name, else a sanitized prefix plus a hash of the full name.
-func idPart(name string) string {
-	if len(name) <= maxCleanName && isDNSSubdomain(name) {
-		return name
-	}
-	sum := sha256.Sum256([]byte(name))
-	return sanitize(name, 40) + "_" + hex.EncodeToString(sum[:8])
 }
 
 // sanitize keeps lowercase letters and digits, turns runs of anything else into one '-', trims
@@ -143,4 +139,56 @@ func ParseCounters(listJSON []byte) (map[string]CounterValue, error) {
 		out[c.Name] = CounterValue{Packets: c.Packets, Bytes: c.Bytes}
 	}
 	return out, nil
+}
+
+// ParseDrops reads the output of `nft -j list set ip bnerd_vpn drops_in_28` (or of a listing
+// of several sets) into the counters of the drops sets' elements, by DropName; other sets are
+// ignored.
+func ParseDrops(listJSON []byte) (map[string]CounterValue, error) {
+	var doc struct {
+		Nftables []struct {
+			Set *struct {
+				Family string            `json:"family"`
+				Table  string            `json:"table"`
+				Name   string            `json:"name"`
+				Elem   []json.RawMessage `json:"elem"`
+			} `json:"set"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal(listJSON, &doc); err != nil {
+		return nil, fmt.Errorf("parse nft drops sets: %w", err)
+	}
+	out := make(map[string]CounterValue)
+	for _, o := range doc.Nftables {
+		s := o.Set
+		if s == nil || s.Family != Family || s.Table != Table || !IsDropsSet(s.Name) {
+			continue
+		}
+		for _, raw := range s.Elem {
+			var e struct {
+				Elem *struct {
+					Val     string        `json:"val"`
+					Counter *CounterValue `json:"counter"`
+				} `json:"elem"`
+			}
+			if err := json.Unmarshal(raw, &e); err != nil {
+				return nil, fmt.Errorf("parse nft drops set %s: %w", s.Name, err)
+			}
+			if e.Elem == nil || e.Elem.Counter == nil {
+				continue
+			}
+			a, err := netip.ParseAddr(e.Elem.Val)
+			if err != nil {
+				return nil, fmt.Errorf("parse nft drops set %s: element %q: %w", s.Name, e.Elem.Val, err)
+			}
+			out[DropName(s.Name, a)] = *e.Elem.Counter
+		}
+	}
+	return out, nil
+}
+
+// IsDropsSet reports whether a set of the ruleset is one counting a peer subnet's drops
+// (drops_in_28, drops_out_24, ...).
+func IsDropsSet(name string) bool {
+	return strings.HasPrefix(name, SetDropsIn+"_") || strings.HasPrefix(name, SetDropsOut+"_")
 }

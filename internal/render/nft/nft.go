@@ -11,17 +11,27 @@
 // `ipsec in reqid @reqids`, "into the tunnel" `ipsec out reqid @reqids`, the set holding
 // the reqids of the gateway's own peers' SAs, never another IPsec user's of the node):
 //   - peer subnets are looked up by prefix length: a set or map keyed by them is one hash set per
-//     prefix length in use (peer_in_24: /24 networks), consulted by one rule per length that
+//     prefix length in use (peer_24: /24 networks), consulted by one rule per length that
 //     masks the address first — never an interval set, whose element changes cost the kernel
-//     time growing with the set (see lengthName). Below, "peer_in" stands for all its lengths.
+//     time growing with the set (see lengthName). Below, "peer" stands for all its lengths.
+//   - peer maps a peer subnet (overlaps resolved, see below) to its peer's grant class: the
+//     forward ports the peer may reach, shared by every peer granted the same (classes.go).
+//   - drops_in and drops_out count a peer subnet's dropped packets, from the tunnel and toward
+//     the subnet: dynamic sets the drop rules add the subnet to, so the kernel makes an
+//     element, with its counter, at a subnet's first drop — a table of 10,000 peers loads no
+//     counter for them at all (the agent sums a peer's elements: DropCounters). Only a network
+//     found in peer is ever added: however many addresses a hostile peer sends from, the sets
+//     hold at most the peers' subnets.
 //   - tunnel_source (kernel ESP, prerouting before everything else): a packet from the tunnel
 //     whose (reqid . source) is not in tunnel_sources — its source is not a subnet of the peer
 //     whose SA it came through — is dropped and counted (drop_spoofed). Every later match of a
 //     source subnet therefore also matches the granting peer's SA: grants are bound to the
 //     tunnel, on top of the peers' disjoint traffic selectors.
-//   - prerouting (nat): a packet from the tunnel whose (source . virtual IP . protocol . port)
-//     is in fwd_grants (the granting peers' subnets) gets ct mark MarkForward
-//     and is DNATed through the map fwd_dnat; nothing else from the tunnel is translated. A
+//   - prerouting (nat): a new flow from the tunnel whose (grant class of its source subnet .
+//     virtual IP . protocol . port) is in fwd_grants gets ct mark MarkForward — the conntrack
+//     mark carries the class from one lookup to the next, and ends 0 for every other new flow
+//     from the tunnel — and is DNATed through the map fwd_dnat; nothing else from the tunnel is
+//     translated. A
 //     packet on the cluster interface to a local address, from reverse_clients (the pods of the
 //     gateway's tenant), on a gateway port in rev_dnat gets ct mark MarkReverse and is DNATed
 //     to the reverse target. On the node (host network) the clients arrive on any device but
@@ -32,9 +42,9 @@
 //   - postrouting (nat): MarkForward flows are masqueraded (the gateway's cluster address);
 //     MarkReverse flows are SNATed to their exposure's virtual IP (map rev_snat by gateway port).
 //   - forward (filter, policy drop): TCP MSS clamped; established/related accepted; new flows
-//     accepted only with a mark and a DNAT; the rest dropped through named counters selected by
-//     the maps peer_in (source from the tunnel) and peer_out (destination in a peer's subnets),
-//     else drop_unknown_in / drop_other. input and output drop new traffic from and into the
+//     accepted only with a mark and a DNAT; the rest dropped and counted in drops_in (a source
+//     from the tunnel in a peer subnet) or drops_out (a destination in one), else in the named
+//     counters drop_unknown_in / drop_other. input and output drop new traffic from and into the
 //     tunnel the same way, in the regular chains input_tunnel and output_tunnel they jump to
 //     (the tunnel matched once: the gateway's other traffic meets one test).
 //   - host network (the gateway shares the node's namespace): the forward chain's policy is
@@ -117,11 +127,6 @@ type Options struct {
 	// TunnelMTU clamps the MSS of every forwarded TCP SYN to TunnelMTU-40. Zero clamps to the
 	// MTU of the route instead (rt mtu), which only sees the tunnel on the way into it.
 	TunnelMTU int
-	// CounterStart, keyed by counter name, are values the named counters start from instead of
-	// zero. Applying re-creates the table and with it every counter; an agent that reads the
-	// counters just before it applies can pass them here so they keep counting up. Names the
-	// ruleset does not have are ignored.
-	CounterStart map[string]CounterValue
 }
 
 // DefaultOptions are the options for a gateway pod as the operator runs it: "eth0" toward the
@@ -198,8 +203,14 @@ type forwardPort struct {
 	exposure   string // comment form
 	target     netip.Addr
 	targetPort uint16
-	grants     []netip.Prefix // sources granted, non-overlapping
-	grantedTo  []string       // comment forms
+}
+
+// grantClass is the forward ports some peers may reach, all the same: fwd_grants holds each
+// class's ports once, keyed by its id, whatever the number of its peers.
+type grantClass struct {
+	id    uint32
+	ports []forwardKey // sorted
+	peers []string     // comment forms, in name order
 }
 
 type reversePort struct {
@@ -225,10 +236,13 @@ type plan struct {
 	// sharedNetns: the gateway runs in the node's network namespace (host network), so the
 	// forward chain must leave the node's other traffic alone: it only clamps and drops what
 	// comes from the tunnel or goes into it, and accepts everything else.
-	sharedNetns  bool
-	peerCounters []Counters
-	counterStart map[string]CounterValue
-	peerIn       []owned // counter map elements, owner indexes peerCounters
+	sharedNetns bool
+	peerNames   []string // comment forms, in name order
+	peerIn      []owned  // the peers' subnets, overlaps resolved; owner indexes peerNames
+	// peerClass is each peer's grant class (index as peerNames; 0: grants nothing), classes
+	// the classes in id order.
+	peerClass []uint32
+	classes   []grantClass
 	// reqids (kernel ESP): the gateway's IPsec peers' reqids, sorted; tunnelIn and tunnelOut
 	// match them and nothing else. sources pairs each with the peer's subnets.
 	reqids  []uint32
@@ -330,12 +344,10 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 		return nil, err
 	}
 	p := &plan{
-		comment:  commentName(g.Namespace) + "/" + commentName(g.Name),
-		protocol: g.Protocol,
-		cluster:  strconv.Quote(o.ClusterInterface),
-
-		counterStart: o.CounterStart,
-		sharedNetns:  g.Endpoint.Kind == model.EndpointHostNetwork,
+		comment:     commentName(g.Namespace) + "/" + commentName(g.Name),
+		protocol:    g.Protocol,
+		cluster:     strconv.Quote(o.ClusterInterface),
+		sharedNetns: g.Endpoint.Kind == model.EndpointHostNetwork,
 	}
 	if o.TunnelInterface == "" {
 		// Kernel ESP: tunnel traffic is what the gateway's own SAs (its peers' reqids) carry.
@@ -373,37 +385,22 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 		p.mss = o.TunnelMTU - 40
 	}
 
-	// Peers in name order; counter names must be distinct.
-	peers := slices.Clone(g.Peers)
-	slices.SortStableFunc(peers, func(a, b model.Peer) int { return strings.Compare(a.Name, b.Name) })
-	byName := make(map[string]*model.Peer, len(peers))
-	counterOwner := make(map[string]string, 2*len(peers))
-	var claims []claim
-	for i := range peers {
-		peer := &peers[i]
-		if _, dup := byName[peer.Name]; dup {
-			return nil, fmt.Errorf("peer %q is listed twice", commentName(peer.Name))
-		}
-		byName[peer.Name] = peer
-		c := PeerCounters(peer.Name)
-		for _, n := range []string{c.In, c.Out} {
-			if other, taken := counterOwner[n]; taken {
-				return nil, fmt.Errorf("peers %q and %q would share the counter %s", commentName(other), commentName(peer.Name), n)
-			}
-			counterOwner[n] = peer.Name
-		}
-		p.peerCounters = append(p.peerCounters, c)
-		for _, s := range peer.SourceCIDRs {
-			if err := checkPrefix(fmt.Sprintf("peer %q", commentName(peer.Name)), s); err != nil {
-				return nil, err
-			}
-			claims = append(claims, claim{prefix: s, owner: i, authorized: peer.Authorization.Authorized})
-		}
+	peers, pieces, err := peerSubnets(g)
+	if err != nil {
+		return nil, err
 	}
-	p.peerIn = partition(claims)
+	p.peerIn = pieces
+	byName := make(map[string]*model.Peer, len(peers))
+	index := make(map[string]int, len(peers))
+	for i := range peers {
+		byName[peers[i].Name] = &peers[i]
+		index[peers[i].Name] = i
+		p.peerNames = append(p.peerNames, commentName(peers[i].Name))
+	}
 
 	// Forward exposures.
 	seen := make(map[forwardKey]string)
+	granted := make([][]forwardKey, len(peers)) // by peer index
 	for _, e := range g.Exposures {
 		name := commentName(e.Name)
 		what := fmt.Sprintf("exposure %q", name)
@@ -416,8 +413,6 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 		if err := checkAddr(what+" target", e.Target); err != nil {
 			return nil, err
 		}
-		var sources []netip.Prefix
-		var grantedTo []string
 		for _, n := range e.GrantedTo {
 			peer, ok := byName[n]
 			switch {
@@ -426,10 +421,7 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 			case !peer.Authorization.Authorized:
 				return nil, fmt.Errorf("%s is granted to peer %q, which is not authorized", what, commentName(n))
 			}
-			sources = append(sources, peer.SourceCIDRs...)
-			grantedTo = append(grantedTo, commentName(n))
 		}
-		grants := coverPrefixes(sources)
 		if len(e.Ports) == 0 {
 			return nil, fmt.Errorf("%s has no ports", what)
 		}
@@ -442,12 +434,13 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 				return nil, fmt.Errorf("%s and exposure %q both use %s", what, other, k)
 			}
 			seen[k] = name
-			p.forward = append(p.forward, forwardPort{
-				key: k, exposure: name, target: e.Target, targetPort: port.TargetPort,
-				grants: grants, grantedTo: grantedTo,
-			})
+			p.forward = append(p.forward, forwardPort{key: k, exposure: name, target: e.Target, targetPort: port.TargetPort})
+			for _, n := range e.GrantedTo {
+				granted[index[n]] = append(granted[index[n]], k)
+			}
 		}
 	}
+	p.peerClass, p.classes = grantClasses(granted, p.peerNames)
 
 	// Reverse exposures: nothing at all without internal sources; only those with a grantee.
 	if len(g.InternalSourceCIDRs) > 0 {
@@ -533,6 +526,27 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 	return p, nil
 }
 
+// peerSubnets returns g's peers in name order and their subnets as the ruleset attributes
+// them — every address to one peer (partition; owner indexes the peers) — or why they cannot
+// be rendered.
+func peerSubnets(g *model.Gateway) ([]model.Peer, []owned, error) {
+	peers := slices.Clone(g.Peers)
+	slices.SortStableFunc(peers, func(a, b model.Peer) int { return strings.Compare(a.Name, b.Name) })
+	var claims []claim
+	for i, peer := range peers {
+		if i > 0 && peers[i-1].Name == peer.Name {
+			return nil, nil, fmt.Errorf("peer %q is listed twice", commentName(peer.Name))
+		}
+		for _, s := range peer.SourceCIDRs {
+			if err := checkPrefix(fmt.Sprintf("peer %q", commentName(peer.Name)), s); err != nil {
+				return nil, nil, err
+			}
+			claims = append(claims, claim{prefix: s, owner: i, authorized: peer.Authorization.Authorized})
+		}
+	}
+	return peers, partition(claims), nil
+}
+
 func checkPort(what string, p model.Port, reverse bool) error {
 	if p.Protocol != "tcp" && p.Protocol != "udp" {
 		return fmt.Errorf("%s: protocol %q is not tcp or udp", what, commentName(p.Protocol))
@@ -548,12 +562,12 @@ func checkPort(what string, p model.Port, reverse bool) error {
 
 // elements is how many set and map elements the ruleset holds.
 func (p *plan) elements() int {
-	n := 2*len(p.peerIn) + len(p.forward) + len(p.sources)
+	n := len(p.peerIn) + len(p.forward) + len(p.sources)
 	if p.kernelESP() {
 		n += len(p.reqids)
 	}
-	for _, f := range p.forward {
-		n += len(f.grants)
+	for _, c := range p.classes {
+		n += len(c.ports)
 	}
 	if p.hasClients() && len(p.reverse) > 0 {
 		n += len(p.clientElements()) + 3*len(p.reverse) // rev_dnat, its keys, rev_snat
@@ -564,7 +578,7 @@ func (p *plan) elements() int {
 // write renders the plan. Everything here is already validated.
 func (p *plan) write() string {
 	var b strings.Builder
-	b.Grow(4096 + 100*len(p.peerCounters) + 80*len(p.peerIn) + 50*len(p.forward))
+	b.Grow(4096 + 30*len(p.peerIn) + 100*len(p.forward))
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 
 	w("# nftables ruleset of VPN gateway %s (%s), rendered by bnerd-vpn-operator; do not edit.\n", p.comment, p.protocol)
@@ -574,18 +588,7 @@ func (p *plan) write() string {
 	w("table %s %s {\n", Family, Table)
 
 	// Counters.
-	w("\t# Dropped packets per peer: _in from its subnets through the tunnel, _out toward its subnets.\n")
-	counter := func(name string) {
-		if v, ok := p.counterStart[name]; ok && (v.Packets != 0 || v.Bytes != 0) {
-			w("\tcounter %s { packets %d bytes %d }\n", name, v.Packets, v.Bytes)
-			return
-		}
-		w("\tcounter %s {}\n", name)
-	}
-	for _, c := range p.peerCounters {
-		counter(c.In)
-		counter(c.Out)
-	}
+	counter := func(name string) { w("\tcounter %s {}\n", name) }
 	w("\t# Dropped from the tunnel with a source in no peer's subnets.\n")
 	counter(CounterUnknownIn)
 	w("\t# Dropped otherwise (forwarded, neither from the tunnel nor toward a peer).\n")
@@ -596,28 +599,26 @@ func (p *plan) write() string {
 	}
 	w("\n")
 
-	// Peer subnet -> counter maps (overlaps resolved: authorized peer, then the longest prefix),
-	// one per prefix length (see lengthName).
+	// Peer subnet -> grant class maps (overlaps resolved: authorized peer, then the longest
+	// prefix), and the sets counting each subnet's drops, one per prefix length (see lengthName).
 	inLengths := lengthsOf(len(p.peerIn), func(i int) netip.Prefix { return p.peerIn[i].prefix })
-	for _, dir := range []struct {
-		name string
-		pick func(Counters) string
-		doc  string
-	}{
-		{SetPeerIn, func(c Counters) string { return c.In }, "source address's /N network -> the peer's _in counter"},
-		{SetPeerOut, func(c Counters) string { return c.Out }, "destination address's /N network -> the peer's _out counter"},
-	} {
-		w("\t# %s, one map per prefix length N\n", dir.doc)
-		for _, bits := range inLengths {
-			w("\tmap %s {\n\t\ttype ipv4_addr : counter\n", lengthName(dir.name, bits))
-			var elems []string
-			for _, e := range p.peerIn {
-				if e.prefix.Bits() == bits {
-					elems = append(elems, e.prefix.Addr().String()+` : "`+dir.pick(p.peerCounters[e.owner])+`"`)
-				}
+	w("\t# A peer subnet's /N network -> its peer's grant class (0: none), one map per prefix length N.\n")
+	for _, bits := range inLengths {
+		w("\tmap %s {\n\t\ttype ipv4_addr : mark\n", lengthName(SetPeer, bits))
+		var elems []string
+		for _, e := range p.peerIn {
+			if e.prefix.Bits() == bits {
+				elems = append(elems, e.prefix.Addr().String()+" : "+classID(p.peerClass[e.owner]))
 			}
-			writeElements(&b, nil, elems)
-			w("\t}\n\n")
+		}
+		writeElements(&b, nil, elems)
+		w("\t}\n\n")
+	}
+	w("\t# Dropped packets per peer subnet (/N network), from the tunnel (in) and toward it (out): an\n")
+	w("\t# element, and its counter, is made by the kernel at the subnet's first drop.\n")
+	for _, dir := range []string{SetDropsIn, SetDropsOut} {
+		for _, bits := range inLengths {
+			w("\tset %s {\n\t\ttype ipv4_addr\n\t\tflags dynamic\n\t\tcounter\n\t}\n\n", lengthName(dir, bits))
 		}
 	}
 
@@ -648,34 +649,20 @@ func (p *plan) write() string {
 	}
 
 	// Forward exposures.
-	w("\t# Forward exposures: (source's /N network . virtual IP . protocol . port) granted, the\n")
-	w("\t# network being a subnet of a peer the exposure is granted to; one set per prefix length N.\n")
-	var grantPrefixes []netip.Prefix
-	for _, f := range p.forward {
-		grantPrefixes = append(grantPrefixes, f.grants...)
-	}
-	grantLengths := lengthsOf(len(grantPrefixes), func(i int) netip.Prefix { return grantPrefixes[i] })
-	for _, bits := range grantLengths {
-		w("\tset %s {\n\t\ttype ipv4_addr . ipv4_addr . inet_proto . inet_service\n", lengthName(SetFwdGrants, bits))
+	w("\t# Forward exposures: (grant class . virtual IP . protocol . port) granted.\n")
+	w("\tset %s {\n\t\ttype mark . ipv4_addr . inet_proto . inet_service\n", SetFwdGrants)
+	{
 		var elems []string
 		var notes []elementNote
-		for _, f := range p.forward {
-			key := " . " + f.key.String()
-			noted := false
-			for _, s := range f.grants {
-				if s.Bits() != bits {
-					continue
-				}
-				if !noted {
-					notes = append(notes, elementNote{at: len(elems), text: fmt.Sprintf("exposure %s %s/%d: %s", f.exposure, f.key.proto, f.key.port, nameList(f.grantedTo))})
-					noted = true
-				}
-				elems = append(elems, s.Addr().String()+key)
+		for _, c := range p.classes {
+			notes = append(notes, elementNote{at: len(elems), text: "class " + classID(c.id) + ": " + nameList(c.peers)})
+			for _, k := range c.ports {
+				elems = append(elems, classID(c.id)+" . "+k.String())
 			}
 		}
 		writeElements(&b, notes, elems)
-		w("\t}\n\n")
 	}
+	w("\t}\n\n")
 
 	w("\t# Forward exposures: (virtual IP . protocol . port) -> (target . port).\n")
 	w("\tmap fwd_dnat {\n\t\ttype ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service\n")
@@ -771,11 +758,16 @@ func (p *plan) write() string {
 		w("\t}\n")
 	}
 	w("\n\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n")
-	w("\t\t# A peer's packet is translated only when its source is granted; nothing else is.\n")
-	for _, bits := range grantLengths {
-		w("\t\t%s %s . ip daddr . meta l4proto . th dport @%s ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @fwd_dnat\n",
-			p.tunnelIn, masked("ip saddr", bits), lengthName(SetFwdGrants, bits), MarkForward)
+	w("\t\t# A peer's packet is translated only when its source is granted; nothing else is. The\n")
+	w("\t\t# conntrack mark carries the source subnet's grant class from one lookup to the next and\n")
+	w("\t\t# ends as MarkForward (translated) or 0.\n")
+	w("\t\t%s ct mark set %s\n", p.tunnelIn, classID(noClass))
+	for _, bits := range inLengths {
+		w("\t\t%s ct mark set %s map @%s\n", p.tunnelIn, masked("ip saddr", bits), lengthName(SetPeer, bits))
 	}
+	w("\t\t%s ct mark . ip daddr . meta l4proto . th dport @%s ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @fwd_dnat\n",
+		p.tunnelIn, SetFwdGrants, MarkForward)
+	w("\t\t%s ct mark set %s\n", p.tunnelIn, classID(noClass))
 	if reverse {
 		// In a pod the clients arrive on its cluster interface; on the node they arrive on the
 		// CNI's bridge or veths (any device but the tunnel's), sent by kube-proxy to the node's
@@ -842,20 +834,23 @@ func (p *plan) write() string {
 	if reverse {
 		w("\t\tct mark 0x%08x ct status dnat accept\n", MarkReverse)
 	}
+	// A peer subnet's drop: the map's value (unused, but a lookup in a map must take it on
+	// Linux 6.1) goes into the packet's mark on its way to being dropped.
 	peerDrops := func(match, field, set string) {
 		for _, bits := range inLengths {
-			w("\t\t%scounter name %s map @%s drop\n", match, masked(field, bits), lengthName(set, bits))
+			key := masked(field, bits)
+			w("\t\t%smeta mark set %s map @%s update @%s { %s } drop\n", match, key, lengthName(SetPeer, bits), lengthName(set, bits), key)
 		}
 	}
-	peerDrops(p.tunnelIn+" ", "ip saddr", SetPeerIn)
+	peerDrops(p.tunnelIn+" ", "ip saddr", SetDropsIn)
 	w("\t\t%s counter name %q drop\n", p.tunnelIn, CounterUnknownIn)
 	if p.sharedNetns {
 		// On a node only what enters the tunnel is the gateway's: a new flow into it that no
 		// exposure accepted is dropped; the node's other flows toward a peer-like range are not.
-		peerDrops(p.tunnelOut+" ", "ip daddr", SetPeerOut)
+		peerDrops(p.tunnelOut+" ", "ip daddr", SetDropsOut)
 		w("\t\t%s counter name %q drop\n", p.tunnelOut, CounterOther)
 	} else {
-		peerDrops("", "ip daddr", SetPeerOut)
+		peerDrops("", "ip daddr", SetDropsOut)
 		w("\t\tcounter name %q drop\n", CounterOther)
 	}
 	w("\t}\n\n")
@@ -873,17 +868,18 @@ func (p *plan) write() string {
 		w("\t\tcounter name %q drop\n", counter)
 		w("\t}\n")
 	}
-	tunnelChains("input", p.tunnelIn, "ip saddr", SetPeerIn, CounterUnknownIn)
+	tunnelChains("input", p.tunnelIn, "ip saddr", SetDropsIn, CounterUnknownIn)
 	w("\n")
-	tunnelChains("output", p.tunnelOut, "ip daddr", SetPeerOut, CounterOther)
+	tunnelChains("output", p.tunnelOut, "ip daddr", SetDropsOut, CounterOther)
 	w("}\n")
 	return b.String()
 }
 
 // Names of the sets and maps keyed by a peer subnet, before their prefix length (lengthName).
 const (
-	SetPeerIn        = "peer_in"
-	SetPeerOut       = "peer_out"
+	SetPeer          = "peer"
+	SetDropsIn       = "drops_in"
+	SetDropsOut      = "drops_out"
 	SetFwdGrants     = "fwd_grants"
 	SetTunnelSources = "tunnel_sources"
 )
@@ -899,8 +895,11 @@ const (
 // with a prefix length no other peer has changes the structure (a set and its rules): a whole
 // load, as for any structural change.
 
-// lengthName is the set for one prefix length: peer_in_24.
+// lengthName is the set for one prefix length: peer_24.
 func lengthName(base string, bits int) string { return base + "_" + strconv.Itoa(bits) }
+
+// classID is a grant class as the ruleset writes it (a mark: the conntrack mark carries it).
+func classID(id uint32) string { return fmt.Sprintf("0x%08x", id) }
 
 // masked is an address expression masked to a prefix length (left as is for /32).
 func masked(field string, bits int) string {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -72,39 +73,92 @@ func TestGoldenLoads(t *testing.T) {
 	}
 }
 
-func TestPeerCounters(t *testing.T) {
-	for _, tc := range []struct{ name, in, out string }{
-		{"site-a", "peer_site-a_in", "peer_site-a_out"},
-		{"branch.example.com", "peer_branch.example.com_in", "peer_branch.example.com_out"},
-		{"0", "peer_0_in", "peer_0_out"},
-	} {
-		if c := PeerCounters(tc.name); c.In != tc.in || c.Out != tc.out {
-			t.Errorf("PeerCounters(%q) = %+v, want %s, %s", tc.name, c, tc.in, tc.out)
+// TestDropCounters: every subnet of a peer, as the ruleset attributes it, has its element in
+// the peer's drops, in and out, named after the set of its prefix length.
+func TestDropCounters(t *testing.T) {
+	g := labGateway()
+	got, err := DropCounters(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]PeerDrops{
+		"peer-a": {In: []string{"drops_in_28 203.0.113.0"}, Out: []string{"drops_out_28 203.0.113.0"}},
+		"peer-b": {In: []string{"drops_in_29 203.0.113.16"}, Out: []string{"drops_out_29 203.0.113.16"}},
+		"peer-c": {In: []string{"drops_in_27 203.0.113.32"}, Out: []string{"drops_out_27 203.0.113.32"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("DropCounters = %+v, want %+v", got, want)
+	}
+	text := mustRender(t, g, libipsec(g))
+	for _, d := range got {
+		for _, name := range append(slices.Clone(d.In), d.Out...) {
+			set, _, _ := strings.Cut(name, " ")
+			if !strings.Contains(text, "\tset "+set+" {\n\t\ttype ipv4_addr\n\t\tflags dynamic\n\t\tcounter\n\t}\n") {
+				t.Errorf("%s: the ruleset has no dynamic counting set %s", name, set)
+			}
 		}
 	}
-	// Names that are not Kubernetes names are sanitized and carry a hash of the full name.
-	seen := map[string]string{}
-	for _, name := range []string{
-		"Site-A", "site_a", "site a", "a\"; drop table ip bnerd_vpn; #", "", "-", "a..b", "\n",
-		strings.Repeat("x", 201), strings.Repeat("x", 202), "ümlaut", "site-a_in",
-	} {
-		c := PeerCounters(name)
-		if !safeIdent(c.In) || !safeIdent(c.Out) || !strings.HasSuffix(c.In, "_in") || !strings.HasSuffix(c.Out, "_out") {
-			t.Errorf("PeerCounters(%q) = %+v: not a safe identifier", name, c)
-		}
-		if len(c.Out) > 255 {
-			t.Errorf("PeerCounters(%q): %d bytes", name, len(c.Out))
-		}
-		if other, dup := seen[c.In]; dup {
-			t.Errorf("PeerCounters(%q) and PeerCounters(%q) are both %s", name, other, c.In)
-		}
-		seen[c.In] = name
-		if c != PeerCounters(name) {
-			t.Errorf("PeerCounters(%q) is not deterministic", name)
+	g.Peers = append(g.Peers, g.Peers[0])
+	if _, err := DropCounters(g); err == nil || !strings.Contains(err.Error(), "listed twice") {
+		t.Errorf("a peer listed twice: %v", err)
+	}
+}
+
+// TestGrantClasses: peers granted the same ports share a class, whose id depends on the ports
+// alone; a peer granted nothing is in class 0; fwd_grants holds each class's ports once.
+func TestGrantClasses(t *testing.T) {
+	g := benchGateway(6) // all granted iperf, the even ones web too
+	p, err := newPlan(g, libipsec(g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.classes) != 2 {
+		t.Fatalf("%d classes, want 2: %+v", len(p.classes), p.classes)
+	}
+	for i, c := range p.peerClass {
+		if c != p.peerClass[i%2] {
+			t.Errorf("peer %d is in class %s, peer %d in %s", i, classID(c), i%2, classID(p.peerClass[i%2]))
 		}
 	}
-	if seen[PeerCounters("site-a").In] != "" {
-		t.Error("a sanitized name collides with the clean name site-a")
+	if p.peerClass[0] == p.peerClass[1] {
+		t.Error("peers granted different ports share a class")
+	}
+	text := mustRender(t, g, libipsec(g))
+	if n := strings.Count(text, " . 100.64.7.10 . tcp . 5201"); n != 2 {
+		t.Errorf("iperf's port is in fwd_grants %d times, want once per class (2)", n)
+	}
+
+	// More peers, fewer, a dark one: the classes keep their ids.
+	more := benchGateway(40)
+	more.Peers[3].Authorization = model.Decision{Reason: "Dark"}
+	for i := range more.Exposures {
+		more.Exposures[i].GrantedTo = slices.DeleteFunc(more.Exposures[i].GrantedTo, func(n string) bool { return n == more.Peers[3].Name })
+	}
+	q, err := newPlan(more, libipsec(more))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.peerClass[0] != p.peerClass[0] || q.peerClass[1] != p.peerClass[1] {
+		t.Errorf("class ids moved: %s %s, were %s %s", classID(q.peerClass[0]), classID(q.peerClass[1]), classID(p.peerClass[0]), classID(p.peerClass[1]))
+	}
+	if q.peerClass[3] != noClass {
+		t.Errorf("a peer granted nothing is in class %s", classID(q.peerClass[3]))
+	}
+}
+
+// TestClassIDs: ids are the port list's hash unless that is taken: a list whose hash another
+// list has (FNV-1a: "costarring" and "liquid") moves on to the next value, the lists taken in
+// order whatever order they come in; 0 and the flow marks are never an id.
+func TestClassIDs(t *testing.T) {
+	a := classIDs([]string{"liquid", "costarring", "zinke"})
+	b := classIDs([]string{"zinke", "costarring", "liquid"})
+	if a[1] != 0x5e4daa9d || a[0] != 0x5e4daa9e || b[1] != a[1] || b[2] != a[0] || b[0] != a[2] {
+		t.Errorf("classIDs = %08x, %08x", a, b)
+	}
+	for _, id := range append(a, b...) {
+		if id == noClass || id == MarkForward || id == MarkReverse {
+			t.Errorf("id %08x is reserved", id)
+		}
 	}
 }
 
@@ -352,31 +406,6 @@ func TestLargeRuleset(t *testing.T) {
 	checkLoaded(t, g, false, ns.MustRun("nft", "-j", "list", "table", Family, Table))
 }
 
-func TestCounterStart(t *testing.T) {
-	g := renderCases()[2].gw() // dark-peer
-	o := libipsec(g)
-	o.CounterStart = map[string]CounterValue{
-		PeerCounters("guest").In: {Packets: 5, Bytes: 300},
-		CounterOther:             {Packets: 1, Bytes: 60},
-		"peer_gone_in":           {Packets: 9, Bytes: 9},
-	}
-	out := mustRender(t, g, o)
-	for _, want := range []string{
-		"\tcounter peer_guest_in { packets 5 bytes 300 }\n",
-		"\tcounter drop_other { packets 1 bytes 60 }\n",
-		"\tcounter peer_guest_out {}\n",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q", want)
-		}
-	}
-	if strings.Contains(out, "peer_gone") {
-		t.Error("a counter the gateway does not have was rendered")
-	}
-	checkStructure(t, out)
-	nftCheck(t, out)
-}
-
 // TestEmptyGateway: no peers, no exposures is still a valid, closed ruleset.
 func TestEmptyGateway(t *testing.T) {
 	g := ipsecGateway("empty", nil, nil)
@@ -393,10 +422,15 @@ func TestEmptyGateway(t *testing.T) {
 // without its rule would leave its peers' addresses unmatched (ungranted, uncounted).
 func TestEverySubnetSetIsConsulted(t *testing.T) {
 	want := map[string]struct {
-		field string
-		rules int
+		fields []string
+		rules  int
 	}{
-		SetPeerIn: {"ip saddr", 2}, SetPeerOut: {"ip daddr", 2}, SetFwdGrants: {"ip saddr", 1}, SetTunnelSources: {"ip saddr", 1},
+		// peer: the grant class of a new flow's source, and the drops from and toward a subnet
+		// in forward, input_tunnel and output_tunnel
+		SetPeer:          {[]string{"ip saddr", "ip daddr"}, 5},
+		SetDropsIn:       {[]string{"ip saddr"}, 2},
+		SetDropsOut:      {[]string{"ip daddr"}, 2},
+		SetTunnelSources: {[]string{"ip saddr"}, 1},
 	}
 	for _, tc := range renderCases() {
 		g := tc.gw()
@@ -430,18 +464,18 @@ func TestEverySubnetSetIsConsulted(t *testing.T) {
 				if len(consulting) != w.rules {
 					t.Errorf("%s: set %s is consulted by %d rules, want %d:\n%s", tc.name, s.Name, len(consulting), w.rules, strings.Join(consulting, "\n"))
 				}
-				key := masked(w.field, bits) + " "
 				for _, line := range consulting {
-					if !strings.Contains(line, key) || (bits < 32 && strings.Count(line, " & ") != 1) {
-						t.Errorf("%s: %q does not key set %s by %q", tc.name, line, s.Name, key)
+					keyed := slices.ContainsFunc(w.fields, func(f string) bool { return strings.Contains(line, masked(f, bits)+" ") })
+					if !keyed || (bits < 32 && strings.Count(line, " & ") != strings.Count(line, " & "+maskOf(bits)+" ")) {
+						t.Errorf("%s: %q does not key set %s by %v masked to /%d", tc.name, line, s.Name, w.fields, bits)
 					}
 				}
 			}
 			// the peers' own subnets: each length has its sets
 			for _, p := range g.Peers {
 				for _, s := range p.SourceCIDRs {
-					if !slices.Contains(lengths[SetPeerIn], s.Bits()) && !coveredByAnother(g, p.Name, s) {
-						t.Errorf("%s: peer %s's %s has no %s set", tc.name, p.Name, s, lengthName(SetPeerIn, s.Bits()))
+					if !slices.Contains(lengths[SetPeer], s.Bits()) && !coveredByAnother(g, p.Name, s) {
+						t.Errorf("%s: peer %s's %s has no %s map", tc.name, p.Name, s, lengthName(SetPeer, s.Bits()))
 					}
 				}
 			}

@@ -13,7 +13,8 @@ import (
 // connection's first packet can meet the old NAT chain and the new one on either side of the
 // generation flip and be translated by neither; the new table's counters also start at zero.
 // Reload keeps the table, its chains and its counters instead: every rule is flushed, every
-// kept set and map flushed, the chains, sets, maps and counters the new ruleset does not
+// kept set and map flushed but the dynamic ones (drops_in_N, drops_out_N: their elements are
+// the kernel's, made by the packets they count, and keep counting), the chains, sets, maps and counters the new ruleset does not
 // declare — or declares differently: another hook, priority, policy, type or flags — deleted;
 // then the new table is declared over it, which re-declares what stays (a no-op for a chain or
 // counter that exists: its hook and its counts stay) and adds every rule and element. It is
@@ -38,6 +39,8 @@ func Reload(old, new Layout, ruleset string) (string, bool) {
 	for _, key := range oldDecl.order {
 		kind, name, _ := strings.Cut(key, " ")
 		switch d, kept := newDecl.lines[key]; {
+		case kept && d == oldDecl.lines[key] && dynamic(d):
+			// What the kernel put into it stays: the elements' counters count on.
 		case kept && d == oldDecl.lines[key] && kind != "chain":
 			b.WriteString("flush " + kind + " " + Family + " " + Table + " " + name + "\n")
 		case !kept || d != oldDecl.lines[key]:
@@ -55,6 +58,20 @@ func Reload(old, new Layout, ruleset string) (string, bool) {
 	}
 	b.WriteString(body)
 	return b.String(), true
+}
+
+// dynamic reports whether a set's declaration lines make it one the packet path adds to.
+func dynamic(decl string) bool {
+	for line := range strings.SplitSeq(decl, "\n") {
+		if flags, ok := strings.CutPrefix(line, "flags "); ok {
+			for f := range strings.SplitSeq(flags, ",") {
+				if strings.TrimSpace(f) == "dynamic" {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // replacePreamble is how a rendered ruleset starts, after its comments: the table declared

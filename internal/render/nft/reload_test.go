@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// The script Reload writes: rules flushed, kept sets and maps flushed, what the new ruleset
+// The script Reload writes: rules flushed, kept sets and maps flushed (a dynamic one kept
+// whole: the kernel's elements count drops), what the new ruleset
 // does not declare or declares differently deleted (a chain by its hook line, a set by its
 // type and flags), counters it drops deleted, then the new table without the replace.
 func TestReload(t *testing.T) {
@@ -15,6 +16,11 @@ func TestReload(t *testing.T) {
 	map peer_in_28 {
 		type ipv4_addr : counter
 		elements = { 203.0.113.0 : "peer_a_in", 203.0.113.16 : "peer_b_in" }
+	}
+	set drops_in_28 {
+		type ipv4_addr
+		flags dynamic
+		counter
 	}
 	set fwd_grants_28 {
 		type ipv4_addr . ipv4_addr . inet_proto . inet_service
@@ -45,6 +51,11 @@ func TestReload(t *testing.T) {
 	map peer_in_27 {
 		type ipv4_addr : counter
 		elements = { 203.0.113.32 : "peer_c_in" }
+	}
+	set drops_in_28 {
+		type ipv4_addr
+		flags dynamic
+		counter
 	}
 	set fwd_grants_28 {
 		type ipv4_addr . ipv4_addr . inet_proto . inet_service

@@ -80,7 +80,7 @@ func TestKernelESPReqidSet(t *testing.T) {
 	if got := setElements(t, text, SetReqids); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("set %s holds %v, want %v", SetReqids, got, want)
 	}
-	if match := reqidMatch("in"); !strings.Contains(text, "\t\t"+match+" counter name ip saddr & 255.255.255.128 map @peer_in_25 drop\n") {
+	if match := reqidMatch("in"); !strings.Contains(text, "\t\t"+match+" meta mark set ip saddr & 255.255.255.128 map @peer_25 update @drops_in_25 { ip saddr & 255.255.255.128 } drop\n") {
 		t.Errorf("no rule matches %q:\n%s", match, text)
 	}
 	none := ipsecGateway("none", nil, nil)
