@@ -10,17 +10,17 @@ import (
 // its next owner counts from zero, and what it had counted stays with the peer that still
 // exists (retired): a peer's drop counters never go down while it lives.
 
-// peerDrops are the drops of one peer, in and out.
-type peerDrops struct{ in, out nft.CounterValue }
+// dropTotals are packets and bytes of one peer dropped, in and out.
+type dropTotals struct{ in, out nft.CounterValue }
 
-func add(a, b nft.CounterValue) nft.CounterValue {
+func addCounts(a, b nft.CounterValue) nft.CounterValue {
 	return nft.CounterValue{Packets: a.Packets + b.Packets, Bytes: a.Bytes + b.Bytes}
 }
 
 func sumOf(counters map[string]nft.CounterValue, names []string) nft.CounterValue {
 	var v nft.CounterValue
 	for _, n := range names {
-		v = add(v, counters[n])
+		v = addCounts(v, counters[n])
 	}
 	return v
 }

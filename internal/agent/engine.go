@@ -134,7 +134,7 @@ type Engine struct {
 	// drops names each peer's drops set elements in the ruleset applied; retired is what the
 	// subnets a peer no longer has had counted for it (drops.go).
 	drops   map[string]nft.PeerDrops
-	retired map[string]peerDrops
+	retired map[string]dropTotals
 	// repairs counts ruleset repairs (bnerd_vpn_ruleset_repairs_total).
 	repairs atomic.Uint64
 	// verifyErr and verifyErrAt: the last failed check, logged again only when it changes or
@@ -209,23 +209,23 @@ func (e *Engine) settleDrops(ctx context.Context, next *model.Gateway) {
 	for _, d := range stale {
 		forget = append(append(forget, d.In...), d.Out...)
 	}
-	retire := map[string]peerDrops{}
+	retire := map[string]dropTotals{}
 	if len(forget) > 0 {
 		counted, err := e.Firewall.ForgetDrops(ctx, forget)
 		if err != nil {
 			e.Log.Error(err, "drops of subnets that changed hands or went: their counts may pass to a new owner", "subnets", len(forget))
 		}
 		for peer, d := range stale {
-			retire[peer] = peerDrops{in: sumOf(counted, d.In), out: sumOf(counted, d.Out)}
+			retire[peer] = dropTotals{in: sumOf(counted, d.In), out: sumOf(counted, d.Out)}
 		}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	retired := make(map[string]peerDrops, len(e.retired))
+	retired := make(map[string]dropTotals, len(e.retired))
 	for peer := range names {
 		r := e.retired[peer]
-		r.in, r.out = add(r.in, retire[peer].in), add(r.out, retire[peer].out)
-		if r != (peerDrops{}) {
+		r.in, r.out = addCounts(r.in, retire[peer].in), addCounts(r.out, retire[peer].out)
+		if r != (dropTotals{}) {
 			retired[peer] = r
 		}
 	}
@@ -298,8 +298,8 @@ func (e *Engine) Refresh(ctx context.Context) (Snapshot, error) {
 		snap.Peers[p.Name] = PeerSnapshot{
 			PeerState:  st,
 			Authorized: p.Authorization.Authorized,
-			DropsIn:    add(sumOf(counters, drops[p.Name].In), retired[p.Name].in),
-			DropsOut:   add(sumOf(counters, drops[p.Name].Out), retired[p.Name].out),
+			DropsIn:    addCounts(sumOf(counters, drops[p.Name].In), retired[p.Name].in),
+			DropsOut:   addCounts(sumOf(counters, drops[p.Name].Out), retired[p.Name].out),
 		}
 	}
 	e.mu.Lock()
