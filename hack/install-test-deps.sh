@@ -4,7 +4,7 @@
 # (hack/libreswan-addconn.sh). Needs root (CI and the lab
 # run as root).
 set -euo pipefail
-packages=(nftables iproute2 iputils-ping socat iperf3 containernetworking-plugins strongswan-swanctl charon-systemd libstrongswan-standard-plugins libstrongswan-extra-plugins libcharon-extra-plugins)
+packages=(nftables iproute2 wireguard-tools iputils-ping socat iperf3 containernetworking-plugins strongswan-swanctl charon-systemd libstrongswan-standard-plugins libstrongswan-extra-plugins libcharon-extra-plugins)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -754,9 +754,9 @@ func hostileAnswers() []hostileAnswer {
 				return nil
 			})
 			cm := &corev1.ConfigMap{}
-			if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: children.ConfigMapName("gw")}, cm); err != nil {
-				t.Fatal(err)
-			}
+			eventually(t, 20*time.Second, func() error { // the ConfigMap may come after the Role
+				return env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: children.ConfigMapName("gw")}, cm)
+			})
 			b, err := render.FromConfigMapData(cm.Data, render.Options{})
 			if err != nil {
 				t.Fatal(err)

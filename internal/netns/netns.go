@@ -48,12 +48,27 @@ func Available(tools ...string) error {
 	return nil
 }
 
-// Skip skips the test unless Available(tools...).
+// EnvRequireTools, when set to 1 (make test sets it), turns a missing tool or missing root from
+// a skip into a failure: under the test command every test that needs a tool runs.
+const EnvRequireTools = "BNERD_REQUIRE_TOOLS"
+
+// Skip skips the test unless Available(tools...); with EnvRequireTools=1 it fails instead.
 func Skip(t testing.TB, tools ...string) {
 	t.Helper()
-	if err := Available(tools...); err != nil {
-		t.Skip(err)
+	SkipUnavailable(t, Available(tools...))
+}
+
+// SkipUnavailable skips the test when err (what a test needs and this machine lacks) is not
+// nil, or fails it with EnvRequireTools=1, so that `make test` never passes by skipping.
+func SkipUnavailable(t testing.TB, err error) {
+	t.Helper()
+	if err == nil {
+		return
 	}
+	if os.Getenv(EnvRequireTools) == "1" {
+		t.Fatalf("%v (%s=1: make test runs every test; hack/install-test-deps.sh installs the tools)", err, EnvRequireTools)
+	}
+	t.Skip(err)
 }
 
 var runSeq atomic.Int64

@@ -25,9 +25,7 @@ import (
 // production nodes have (kernel WireGuard, XFRM ESP, nft's ipsec expression). The assertions
 // are the guest tests' own; here they come back as output and exit status.
 func TestVM(t *testing.T) {
-	if _, err := vmtest.Available(); err != nil {
-		t.Skip(err)
-	}
+	vmtest.Skip(t)
 	// The gateway agent the kernel-mode scenarios run, built here for the guest (which runs
 	// the host's binaries from the host's root).
 	root, err := vmtest.ModuleRoot()

@@ -136,6 +136,10 @@ func Available() (*Kit, error) {
 func Skip(t testing.TB) *Kit {
 	t.Helper()
 	k, err := Available()
+	if err != nil && os.Getenv(EnvRun) == "1" {
+		// opted in (make test-vm): a VM test that cannot run is a failure, not a skip
+		t.Fatal(err)
+	}
 	if err != nil {
 		t.Skip(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/strongswan/govici/vici"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 )
 
 // TestCharonLoadsBothForms loads every golden case, and gateways with hostile identities, into a
@@ -24,17 +26,9 @@ func TestCharonLoadsBothForms(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short mode")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a network namespace")
-	}
-	charon, err := exec.LookPath("charon-systemd")
-	if err != nil {
-		t.Skip("charon-systemd not installed")
-	}
-	swanctl, err := exec.LookPath("swanctl")
-	if err != nil {
-		t.Skip("swanctl not installed")
-	}
+	netns.Skip(t, "charon-systemd", "swanctl")
+	charon, _ := exec.LookPath("charon-systemd")
+	swanctl, _ := exec.LookPath("swanctl")
 
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "charon.vici")
@@ -60,13 +54,15 @@ swanctl {
 	daemon.Env = env
 	daemon.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
 	if err := daemon.Start(); err != nil {
-		t.Skipf("cannot start charon in a network namespace: %v", err)
+		netns.SkipUnavailable(t, fmt.Errorf("cannot start charon in a network namespace: %w", err))
+		return
 	}
 	t.Cleanup(func() {
 		_ = daemon.Process.Kill()
 		_ = daemon.Wait()
 	})
 	var s *vici.Session
+	var err error
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if s, err = vici.NewSession(vici.WithSocketPath(sock)); err == nil {
 			break

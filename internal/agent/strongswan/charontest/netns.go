@@ -50,9 +50,7 @@ func Available(tools ...string) error {
 // Skip skips the test unless Available(tools...).
 func Skip(t testing.TB, tools ...string) {
 	t.Helper()
-	if err := Available(tools...); err != nil {
-		t.Skip(err)
-	}
+	netns.SkipUnavailable(t, Available(tools...))
 }
 
 // Run is one test's set of namespaces.
