@@ -450,6 +450,19 @@ func hostileRejections() []hostileRejection {
 			field: "spec.ipsec.peer.id", msg: "id must not contain wildcards (*)"},
 		{name: "peer/id-wildcard-in-dn", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = "C=DE, O=Client, CN=*" }),
 			field: "spec.ipsec.peer.id", msg: "id must not contain wildcards (*)"},
+		{name: "peer/id-ipv4net-prefix", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = "ipv4net:198.51.100.0/24" }),
+			field: "spec.ipsec.peer.id", msg: "id must not use strongSwan's ipv4:"},
+		{name: "peer/id-ipv4-prefix-uppercase", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = "IPV4:192.0.2.1" }),
+			field: "spec.ipsec.peer.id", msg: "id must not use strongSwan's ipv4:"},
+		{name: "peer/id-keyid-prefix", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = "keyid:0a0b0c" }),
+			field: "spec.ipsec.peer.id", msg: "id must not use strongSwan's ipv4:"},
+		{name: "peer/id-plain-subnet", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = "198.51.100.0/24" }),
+			field: "spec.ipsec.peer.id", msg: "id names a subnet"},
+		{name: "peer/id-plain-range", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = "192.0.2.10-192.0.2.20" }),
+			field: "spec.ipsec.peer.id", msg: "id names an address range"},
+		{name: "gateway/localID-ipv4net", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{LocalID: "ipv4net:192.0.2.0/24"}
+		}), field: "spec.ipsec.localID", msg: "localID must not use strongSwan's ipv4:"},
 		{name: "peer/address-any-without-id", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.Address, p.Spec.IPsec.Peer.ID = "%any", "" }),
 			field: "spec.ipsec.peer.id", msg: "id is required when address is %any"},
 		{name: "gateway/localID-wildcard", obj: gatewayWith(func(g *vpnv1.VPNGateway) {

@@ -75,6 +75,16 @@ func TestLegacyAdmission(t *testing.T) {
 			g.Spec.Tunnels[0].Peer.ID = "*.example.com"
 			return g
 		}, "spec.tunnels[0].peer.id", "must not contain wildcards"},
+		{"gateway/tunnel-id-subnet-prefix", func() client.Object {
+			g := base()
+			g.Spec.Tunnels[0].Peer.ID = "ipv4net:198.51.100.0/24"
+			return g
+		}, "spec.tunnels[0].peer.id", "must not use strongSwan's ipv4:"},
+		{"gateway/tunnel-id-range", func() client.Object {
+			g := base()
+			g.Spec.Tunnels[0].Peer.ID = "192.0.2.10-192.0.2.20"
+			return g
+		}, "spec.tunnels[0].peer.id", "names an address range"},
 		{"gateway/tunnel-any-without-id", func() client.Object {
 			g := base()
 			g.Spec.Tunnels[0].Peer = vpnv1.IPsecRemote{Address: "%any"}

@@ -160,7 +160,7 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 		declared[i] = st.subnets
 	}
 	older := olderOverlaps(declared)
-	localID := NormalizeID(scope.LocalID)
+	localID, _ := CanonicalID(scope.LocalID) // a refused local ID is the gateway's own problem (buildIPsecGateway)
 	ids := make(map[string]string, len(states)) // normalized identity -> peer holding it
 	for j, st := range states {
 		if st.decision.Reason == ReasonProtocolMismatch {
@@ -170,11 +170,11 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 		}
 
 		// Step 3: identities.
-		id, key, idWhat := peerIdentity(gw, st.peer)
+		id, key, idWhat, idErr := peerIdentity(gw, st.peer)
 		switch other, taken := ids[key]; {
 		case id == "":
-		case key == "" || strings.Contains(id, "*"):
-			refuse(st, ReasonInvalidIdentity, fmt.Sprintf("%s %q matches more than one identity; a pre-shared key must prove exactly one", idWhat, id))
+		case idErr != nil:
+			refuse(st, ReasonInvalidIdentity, fmt.Sprintf("%s %v; a pre-shared key must prove exactly one identity", idWhat, idErr))
 		case gw.Spec.Protocol == vpnv1.ProtocolIPsec && localID != "" && key == localID:
 			refuse(st, ReasonDuplicateIdentity, fmt.Sprintf("%s %q is the gateway's own IKE identity; a peer must present its own", idWhat, id))
 			problems = append(problems, Problem{Reason: ReasonIdentityConflict,
@@ -340,36 +340,23 @@ func refusedCredentials(p *vpnv1.VPNPeer, refused map[string]string) (name, typ 
 
 // peerIdentity is what authenticates the peer on the gateway's protocol — the IKE remote ID
 // (the address when no ID is given) or the WireGuard public key — the key it is compared
-// under (empty for a wildcard) and what to call it. An empty id: nothing to compare.
-func peerIdentity(gw *vpnv1.VPNGateway, p *vpnv1.VPNPeer) (id, key, what string) {
+// under (its canonical form, CanonicalID) and what to call it; err says why it names no one
+// identity. An empty id: nothing to compare.
+func peerIdentity(gw *vpnv1.VPNGateway, p *vpnv1.VPNPeer) (id, key, what string, err error) {
 	switch {
 	case gw.Spec.Protocol == vpnv1.ProtocolIPsec && p.Spec.IPsec != nil:
 		id = p.Spec.IPsec.Peer.ID
 		if id == "" {
 			id = p.Spec.IPsec.Peer.Address
 		}
-		if strings.HasPrefix(id, "%") { // %any: strongSwan's wildcard
-			return id, "", "IKE identity"
-		}
-		return id, NormalizeID(id), "IKE identity"
+		key, err = CanonicalID(id)
+		return id, key, "IKE identity", err
 	case gw.Spec.Protocol == vpnv1.ProtocolWireGuard && p.Spec.WireGuard != nil:
-		return p.Spec.WireGuard.PublicKey, "wg:" + p.Spec.WireGuard.PublicKey, "WireGuard public key"
+		id = p.Spec.WireGuard.PublicKey
+		key, err = CanonicalWireGuardKey(id)
+		return id, "wg:" + key, "WireGuard public key", err
 	}
-	return "", "", ""
-}
-
-// NormalizeID folds the spellings under which strongSwan takes two IKE identities to be one:
-// case (FQDNs and e-mail addresses compare case-insensitively), a leading '@' of an FQDN, and
-// an IP address's notation.
-func NormalizeID(id string) string {
-	id = strings.TrimSpace(id)
-	if a, err := netip.ParseAddr(id); err == nil {
-		return a.String()
-	}
-	if strings.HasPrefix(id, "@") && !strings.HasPrefix(id, "@#") {
-		id = id[1:]
-	}
-	return strings.ToLower(id)
+	return "", "", "", nil
 }
 
 // decideGrant takes steps 1-3 for one peer: the decision and, when allowed, the reverse

@@ -327,6 +327,11 @@ func buildIPsecGateway(s *vpnv1.IPsecGatewaySettings, errs *errList) *IPsecGatew
 		return out
 	}
 	out.LocalID = s.LocalID
+	if s.LocalID != "" {
+		if _, err := CanonicalID(s.LocalID); err != nil {
+			errs.add(ReasonInvalidSpec, "spec.ipsec.localID", "%v: the gateway must present one identity its peers can match", err)
+		}
+	}
 	ike := s.IKE
 	switch ike.Version {
 	case 0:

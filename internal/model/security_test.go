@@ -64,6 +64,76 @@ func TestAuthorizeIdentities(t *testing.T) {
 			tunnel: map[string]bool{"a": true, "b": false},
 		},
 		{
+			name: "a dark peer cannot take a victim's identity through a type prefix",
+			gw:   ipsecGW,
+			peers: []vpnv1.VPNPeer{
+				ipsecPeer("victim", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), withID("victim2.example.com"), age(1)),
+				ipsecPeer("dark", []string{"10.30.0.0/16"}, grants(nil, nil), withID("fqdn:victim2.example.com"), age(2)),
+				ipsecPeer("mail", []string{"10.40.0.0/16"}, grants([]string{"metrics"}, nil), withID("ops@example.com"), age(3)),
+				ipsecPeer("mail-alias", []string{"10.50.0.0/16"}, grants(nil, nil), withID("rfc822:OPS@example.com"), age(4)),
+				ipsecPeer("dn", []string{"10.60.0.0/16"}, grants([]string{"metrics"}, nil), withID("C=CH, O=Acme, CN=site"), age(5)),
+				ipsecPeer("dn-alias", []string{"10.70.0.0/16"}, grants(nil, nil), withID("/c=ch/o=ACME/cn=Site"), age(6)),
+			},
+			want: map[string]wantDecision{
+				"victim":     {true, ReasonAuthorized, ""},
+				"dark":       {false, ReasonDuplicateIdentity, `IKE identity "fqdn:victim2.example.com" is already that of older peer "victim"; only the older one gets a tunnel`},
+				"mail":       {true, ReasonAuthorized, ""},
+				"mail-alias": {false, ReasonDuplicateIdentity, ""},
+				"dn":         {true, ReasonAuthorized, ""},
+				"dn-alias":   {false, ReasonDuplicateIdentity, ""},
+			},
+			tunnel: map[string]bool{"victim": true, "dark": false, "mail": true, "mail-alias": false, "dn": true, "dn-alias": false},
+		},
+		{
+			name:    "identities naming ranges, key IDs or the gateway itself in another spelling are refused",
+			gw:      ipsecGW,
+			localID: "192.0.2.1",
+			peers: []vpnv1.VPNPeer{
+				ipsecPeer("own", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), withID("ipv4:192.0.2.1"), age(1)),
+				ipsecPeer("net", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), withID("ipv4net:198.51.100.0/24"), age(2)),
+				ipsecPeer("plain-net", []string{"10.40.0.0/16"}, grants([]string{"metrics"}, nil), withID("198.51.100.0/24"), age(3)),
+				ipsecPeer("range", []string{"10.50.0.0/16"}, grants([]string{"metrics"}, nil), withID("192.0.2.10-192.0.2.20"), age(4)),
+				ipsecPeer("keyid", []string{"10.60.0.0/16"}, grants([]string{"metrics"}, nil), withID("keyid:0a0b0c"), age(5)),
+			},
+			want: map[string]wantDecision{
+				"own":       {false, ReasonInvalidIdentity, `IKE identity "ipv4:192.0.2.1" the ipv4: prefix makes strongSwan keep the text as the address, which no site's identity equals: write the address without a prefix; a pre-shared key must prove exactly one identity`},
+				"net":       {false, ReasonInvalidIdentity, `IKE identity "ipv4net:198.51.100.0/24" names a subnet, not one identity; a pre-shared key must prove exactly one identity`},
+				"plain-net": {false, ReasonInvalidIdentity, `IKE identity "198.51.100.0/24" names a subnet, not one identity; a pre-shared key must prove exactly one identity`},
+				"range":     {false, ReasonInvalidIdentity, `IKE identity "192.0.2.10-192.0.2.20" names an address range, not one identity; a pre-shared key must prove exactly one identity`},
+				"keyid":     {false, ReasonInvalidIdentity, `IKE identity "keyid:0a0b0c" is a key ID, which a pre-shared key cannot be bound to; a pre-shared key must prove exactly one identity`},
+			},
+			tunnel: map[string]bool{"own": false, "net": false, "plain-net": false, "range": false, "keyid": false},
+		},
+		{
+			name:    "the gateway's own identity in another spelling",
+			gw:      ipsecGW,
+			localID: "vpn.example.net",
+			peers: []vpnv1.VPNPeer{
+				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), withID("dns:VPN.example.net"), age(1)),
+			},
+			want:    map[string]wantDecision{"a": {false, ReasonDuplicateIdentity, `IKE identity "dns:VPN.example.net" is the gateway's own IKE identity; a peer must present its own`}},
+			tunnel:  map[string]bool{"a": false},
+			problem: `peer "a" presents the gateway's own IKE identity "dns:VPN.example.net"; it gets no tunnel`,
+		},
+		{
+			name: "one WireGuard key in two base64 spellings is one identity",
+			gw:   wgGW,
+			peers: []vpnv1.VPNPeer{
+				wgPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(1)),
+				func() vpnv1.VPNPeer {
+					p := wgPeer("b", []string{"10.30.0.0/16"}, grants(nil, nil), age(2))
+					k := testPeerKey("a")
+					p.Spec.WireGuard.PublicKey = k[:42] + string(base64Next(k[42])) + "="
+					return p
+				}(),
+			},
+			want: map[string]wantDecision{
+				"a": {true, ReasonAuthorized, ""},
+				"b": {false, ReasonDuplicateIdentity, ""},
+			},
+			tunnel: map[string]bool{"a": true, "b": false},
+		},
+		{
 			name: "the ID defaults to the address: two peers at one address without IDs collide",
 			gw:   ipsecGW,
 			peers: []vpnv1.VPNPeer{
@@ -95,8 +165,8 @@ func TestAuthorizeIdentities(t *testing.T) {
 				ipsecPeer("b", []string{"10.30.0.0/16"}, withID(""), withAddress("%any")),
 			},
 			want: map[string]wantDecision{
-				"a": {false, ReasonInvalidIdentity, `IKE identity "*.example.com" matches more than one identity; a pre-shared key must prove exactly one`},
-				"b": {false, ReasonInvalidIdentity, `IKE identity "%any" matches more than one identity; a pre-shared key must prove exactly one`},
+				"a": {false, ReasonInvalidIdentity, `IKE identity "*.example.com" contains a wildcard (*), so it matches more than one identity; a pre-shared key must prove exactly one identity`},
+				"b": {false, ReasonInvalidIdentity, `IKE identity "%any" is one of strongSwan's special values (%any matches any identity); a pre-shared key must prove exactly one identity`},
 			},
 			tunnel: map[string]bool{"a": false, "b": false},
 		},

@@ -122,10 +122,10 @@ func Verify(g *Gateway) error {
 		}
 		if p.IPsec != nil && p.HasTunnel() {
 			id := p.IPsec.RemoteID
-			key := NormalizeID(id)
+			key, err := CanonicalID(id)
 			switch other, taken := ids[key]; {
-			case id == "" || strings.Contains(id, "*") || strings.HasPrefix(id, "%"):
-				bad("peer %q: remote ID %q does not name one identity", p.Name, id)
+			case err != nil:
+				bad("peer %q: remote ID does not name one identity: %v", p.Name, err)
 			case taken:
 				bad("peers %q and %q have the same remote ID %q", other, p.Name, id)
 			default:

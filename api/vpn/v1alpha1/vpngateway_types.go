@@ -211,6 +211,9 @@ type IPsecGatewaySettings struct {
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9@._:=,+/* -]+$`
 	// +kubebuilder:validation:XValidation:rule="!self.contains('*')",message="localID must not contain wildcards (*)"
+	// +kubebuilder:validation:XValidation:rule="!self.lowerAscii().matches('^(ipv4|ipv6|ipv4net|ipv6net|ipv4range|ipv6range|asn1dn|asn1gn|xmppaddr|keyid|uri):')",message="localID must not use strongSwan's ipv4:, ipv6:, ipv4net:, ipv6net:, ipv4range:, ipv6range:, asn1dn:, asn1gn:, xmppaddr:, keyid: or uri: prefix: write an FQDN, user@domain, an address or a DN (the fqdn:, dns:, email:, rfc822: and userfqdn: prefixes may be used)"
+	// +kubebuilder:validation:XValidation:rule="self.contains('=') || !self.contains('/')",message="localID names a subnet: outside a DN a '/' makes strongSwan read an address range, not one identity"
+	// +kubebuilder:validation:XValidation:rule="self.contains('=') || self.contains('@') || !self.contains('-') || !isIP(self.split('-', 2)[0])",message="localID names an address range: an address followed by '-' is not one identity"
 	// +optional
 	LocalID string `json:"localID,omitempty"`
 }

@@ -59,10 +59,15 @@ type IPsecRemote struct {
 	// +kubebuilder:validation:XValidation:rule="self == '%any' || isIP(self) || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="address must be an IP address, a DNS name or %any"
 	Address string `json:"address"`
 	// ID is the remote IKE identity (FQDN, IP, user@fqdn or a DN); defaults to the address.
-	// Unique among the gateway's peers; never a wildcard.
+	// Unique among the gateway's peers as strongSwan compares identities (type prefixes such as
+	// fqdn: or email:, a leading @, case, DN spellings and IP notation folded); never a
+	// wildcard, a subnet, a range or a key ID.
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9@._:=,+/* -]+$`
 	// +kubebuilder:validation:XValidation:rule="!self.contains('*')",message="id must not contain wildcards (*): a pre-shared key must prove one specific identity"
+	// +kubebuilder:validation:XValidation:rule="!self.lowerAscii().matches('^(ipv4|ipv6|ipv4net|ipv6net|ipv4range|ipv6range|asn1dn|asn1gn|xmppaddr|keyid|uri):')",message="id must not use strongSwan's ipv4:, ipv6:, ipv4net:, ipv6net:, ipv4range:, ipv6range:, asn1dn:, asn1gn:, xmppaddr:, keyid: or uri: prefix: write an FQDN, user@domain, an address or a DN (the fqdn:, dns:, email:, rfc822: and userfqdn: prefixes may be used)"
+	// +kubebuilder:validation:XValidation:rule="self.contains('=') || !self.contains('/')",message="id names a subnet: outside a DN a '/' makes strongSwan read an address range, not one identity"
+	// +kubebuilder:validation:XValidation:rule="self.contains('=') || self.contains('@') || !self.contains('-') || !isIP(self.split('-', 2)[0])",message="id names an address range: an address followed by '-' is not one identity"
 	// +optional
 	ID string `json:"id,omitempty"`
 }
