@@ -58,16 +58,8 @@ test-deps: ## install the Debian packages the tests use (nftables, iproute2, ...
 	@hack/install-test-deps.sh
 
 .PHONY: test
-test: ## the whole test suite (what CI runs), each stage timed: generated files, lint, tools, go test, the VM, images, the cluster end-to-end
-	@rm -f $(BIN)/stage-times; mkdir -p $(BIN); export STAGE_TIMES=$(BIN)/stage-times; \
-	  hack/stage.sh verify-generated $(MAKE) --no-print-directory verify-generated && \
-	  hack/stage.sh lint $(MAKE) --no-print-directory lint && \
-	  hack/stage.sh test-deps $(MAKE) --no-print-directory test-deps test-binaries && \
-	  hack/stage.sh go-test env BNERD_REQUIRE_TOOLS=1 KUBEBUILDER_ASSETS=$$(hack/test-binaries.sh) go test -race -count=1 -timeout 30m ./... && \
-	  hack/stage.sh test-vm env BNERD_REQUIRE_TOOLS=1 $(MAKE) --no-print-directory test-vm && \
-	  hack/stage.sh images-reproducible $(MAKE) --no-print-directory images-reproducible && \
-	  hack/stage.sh e2e-cluster $(MAKE) --no-print-directory e2e-cluster; \
-	  rc=$$?; echo "=== stage times (s):"; cat $(BIN)/stage-times; exit $$rc
+test: ## the whole test suite (what CI runs), in timed stages: generated files, lint, go test, the VM, images, the cluster end-to-end (hack/test.sh)
+	@hack/test.sh
 
 .PHONY: bench
 bench: test-deps test-binaries ## benchmarks, printing figures (the VM's too when its kit is built: make vm-kit)

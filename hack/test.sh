@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# `make test`: the whole suite, as CI runs it, in timed stages (hack/stage.sh). The tools and
+# binaries the tests need (Debian packages, the VM kit, the Kubernetes build: most of a cold
+# run's waiting) are prepared in the background while the generated files and lint are checked;
+# every later stage waits for them. Missing tools fail the tests instead of skipping them
+# (BNERD_REQUIRE_TOOLS=1).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=$PWD/bin
+mkdir -p "$bin"
+export STAGE_TIMES=$bin/stage-times
+rm -f "$STAGE_TIMES"
+make=(make --no-print-directory)
+
+summary() {
+  echo "=== stage times (s):"
+  cat "$STAGE_TIMES" 2>/dev/null
+}
+
+prep_log=$bin/prepare.log
+hack/stage.sh prepare bash -c 'hack/install-test-deps.sh && hack/vm/kit.sh >/dev/null && hack/test-binaries.sh >/dev/null' >"$prep_log" 2>&1 &
+prep=$!
+
+rc=0
+hack/stage.sh verify-generated "${make[@]}" verify-generated &&
+  hack/stage.sh lint "${make[@]}" lint || rc=$?
+wait "$prep" || { prc=$?; [ $rc != 0 ] || rc=$prc; }
+cat "$prep_log"
+if [ $rc != 0 ]; then summary; exit $rc; fi
+
+export BNERD_REQUIRE_TOOLS=1
+hack/stage.sh go-test env KUBEBUILDER_ASSETS="$(hack/test-binaries.sh)" go test -race -count=1 -timeout 30m ./... &&
+  hack/stage.sh test-vm "${make[@]}" test-vm &&
+  hack/stage.sh images-reproducible "${make[@]}" images-reproducible &&
+  hack/stage.sh e2e-cluster "${make[@]}" e2e-cluster || rc=$?
+summary
+exit $rc
