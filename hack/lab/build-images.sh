@@ -17,7 +17,7 @@ out="$root/bin/images"
 mkdir -p "$out"
 log() { echo "build-images: $*" >&2; }
 
-"$root/hack/install-test-deps.sh"
+"$root/hack/install-test-deps.sh" lab   # strongSwan and nft, copied from the host into the gateway image
 
 # pack <name> <ref> <rootfs> <config-json-fragment>: writes $out/<name>.tar (an OCI archive).
 pack() {

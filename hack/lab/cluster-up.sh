@@ -9,15 +9,8 @@ source "$(dirname "$0")/common.sh"
 [ "$(id -u)" = 0 ] || { log "needs root"; exit 1; }
 t0=$(date +%s.%N)
 
-# --- packages -----------------------------------------------------------------------------------
-pkgs=(etcd-server containerd runc containernetworking-plugins conntrack iptables ipset nftables openssl iproute2 wireguard-tools bc curl procps)
-missing=()
-for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  log "installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-fi
+# --- packages: the lab group of hack/install-test-deps.sh's table ---------------------------------
+"$root/hack/install-test-deps.sh" lab
 
 # --- binaries -----------------------------------------------------------------------------------
 # kube-router (the NetworkPolicy enforcer): built in the background while the rest comes up (cold

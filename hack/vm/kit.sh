@@ -6,12 +6,12 @@
 #   kroot/lib/modules/<release>/   the modules the dataplane needs (net/, crypto/, lib/,
 #                 arch/x86/crypto, veth, tun, wireguard, virtio, 9p, overlay) with depmod's indexes
 #   initrd.gz     busybox-static + virtio/9p/overlay modules + hack/vm/init
-# A warm run does nothing but look the kernel version up. Installs qemu-system-x86,
-# busybox-static and kmod from Debian when missing (needs root then; kmod's modprobe also runs
-# inside the VM, which uses the host's root read-only). See
+# A warm run does nothing but look the kernel version up. Installs the vm group of
+# hack/install-test-deps.sh's table when missing (qemu-system-x86, busybox-static, kmod and the
+# tools the guest runs, which uses the host's root read-only; needs root then). See
 # ../shared/notes/kvm-kernel-dataplane.md for the recipe and its pitfalls.
-# --check: print the kit's directory if it is built and qemu is installed, else say why on
-# stderr and exit 1 (builds and installs nothing; the tests use it to skip).
+# --check: print the kit's directory if it is built and the vm group is installed, else say why
+# on stderr and exit 1 (builds and installs nothing; the tests use it to skip).
 # VM_KERNEL_PACKAGE=linux-image-6.1.0-57-amd64 pins the kernel package (default: what
 # linux-image-amd64 depends on now).
 set -euo pipefail
@@ -36,32 +36,18 @@ ver=$(apt-cache policy "$pkg" 2>/dev/null | awk '/Candidate:/ {print $2; exit}')
 hash=$(cat "$here/kit.sh" "$here/init" | sha256sum | cut -c1-10)
 kit="$base/kit-${pkg}_${ver}-$hash"
 
-need_pkgs() {
-  local missing=()
-  command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
-  [ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx switch_root || missing+=(busybox-static)
-  [ -x /usr/sbin/modprobe ] && [ -x /usr/sbin/depmod ] || missing+=(kmod)
-  echo "${missing[@]}"
-}
+# the vm group's packages not installed (--check installs nothing; exit 1: some are missing)
+rc=0
+missing=$("$root/hack/install-test-deps.sh" --check vm) || rc=$?
+[ $rc -le 1 ] || { log "hack/install-test-deps.sh --check vm failed (rc $rc)"; exit 1; }
 
 if $check; then
-  missing=$(need_pkgs)
   [ -z "$missing" ] || { log "not installed: $missing (hack/vm/kit.sh installs them)"; exit 1; }
   [ -f "$kit/ok" ] || { log "kit not built: $kit (run hack/vm/kit.sh)"; exit 1; }
   echo "$kit"; exit 0
 fi
 
-missing=$(need_pkgs)
-if [ -n "$missing" ]; then
-  if [ "$(id -u)" != 0 ]; then log "need root to apt-get install $missing"; exit 1; fi
-  log "installing $missing"
-  # shellcheck disable=SC2086
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >&2 || {
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-    # shellcheck disable=SC2086
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >&2
-  }
-fi
+[ -z "$missing" ] || "$root/hack/install-test-deps.sh" vm
 
 if [ -f "$kit/ok" ]; then echo "$kit"; exit 0; fi
 
