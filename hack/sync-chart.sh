@@ -8,6 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 chart="$root/charts/bnerd-vpn-operator"
 mkdir -p "$chart/crds" "$chart/files"
 rm -f "$chart"/crds/*.yaml
+# (the tenant roles too: config/rbac/tenant_roles.yaml)
 # the CRDs config/crd installs (a group without a reconciler is not served yet)
 for f in $(sed -n 's/^ *- *\(bases\/.*\.yaml\) *$/\1/p' "$root/config/crd/kustomization.yaml"); do
   cp "$root/config/crd/$f" "$chart/crds/"
@@ -18,3 +19,4 @@ cp "$root/config/prometheus/alerts.yaml" "$chart/files/alerts.yaml"
 if [ -f "$root/config/grafana/bnerd-vpn-dashboard.json" ]; then
   cp "$root/config/grafana/bnerd-vpn-dashboard.json" "$chart/files/dashboard.json"
 fi
+cp "$root/config/rbac/tenant_roles.yaml" "$chart/files/tenant-roles.yaml"

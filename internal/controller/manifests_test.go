@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -161,5 +165,50 @@ func assertNoSecretValues(t *testing.T, ns string) {
 				t.Errorf("a secret value appears in %T", l)
 			}
 		}
+	}
+}
+
+// The shipped tenant roles grant what a client's team needs (gateways, peers, their Secrets,
+// status) and none of the objects the operator owns in a gateway namespace: with those a tenant
+// could run a NET_ADMIN pod, rewrite a gateway's model or widen its Role.
+func TestTenantRolesGrantNoChildren(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", "tenant_roles.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Decode(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forbidden := map[string]bool{"pods": true, "pods/exec": true, "deployments": true, "replicasets": true, "configmaps": true,
+		"services": true, "endpoints": true, "endpointslices": true, "networkpolicies": true, "roles": true, "rolebindings": true,
+		"serviceaccounts": true, "serviceaccounts/token": true, "network-attachment-definitions": true, "clusterlinks": true, "*": true}
+	names := map[string]bool{}
+	for _, u := range objs {
+		var role rbacv1.ClusterRole
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &role); err != nil {
+			t.Fatal(err)
+		}
+		names[role.Name] = true
+		granted := map[string]bool{}
+		for _, r := range role.Rules {
+			for _, res := range r.Resources {
+				granted[res] = true
+				if forbidden[res] {
+					t.Errorf("%s grants %v on %s", role.Name, r.Verbs, res)
+				}
+			}
+			if slices.Contains(r.APIGroups, "*") || slices.Contains(r.Verbs, "*") {
+				t.Errorf("%s has a wildcard rule %+v", role.Name, r)
+			}
+		}
+		for _, need := range []string{"vpngateways", "vpnpeers", "vpngateways/status", "vpnpeers/status"} {
+			if !granted[need] {
+				t.Errorf("%s does not grant %s", role.Name, need)
+			}
+		}
+	}
+	if !names["bnerd-vpn-tenant-edit"] || !names["bnerd-vpn-tenant-view"] {
+		t.Errorf("tenant roles shipped: %v", names)
 	}
 }
