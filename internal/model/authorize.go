@@ -160,7 +160,7 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 		declared[i] = st.subnets
 	}
 	older := olderOverlaps(declared)
-	localID, _ := CanonicalID(scope.LocalID) // a refused local ID is the gateway's own problem (buildIPsecGateway)
+	localID, _ := CanonicalID(scope.LocalID)    // a refused local ID is the gateway's own problem (buildIPsecGateway)
 	ids := make(map[string]string, len(states)) // normalized identity -> peer holding it
 	for j, st := range states {
 		if st.decision.Reason == ReasonProtocolMismatch {
