@@ -134,6 +134,15 @@ func TestHostNetworkNeedsThePermission(t *testing.T) {
 		t.Errorf("NotPermitted message %q names neither the namespace nor the selector", c.Message)
 	}
 	waitCondition(t, gw, vpnv1.ConditionReady, metav1.ConditionFalse, controller.ReasonNotPermitted)
+	// A gateway that may not run claims no address space.
+	waitCondition(t, gw, vpnv1.ConditionAddressesAllocated, metav1.ConditionFalse, controller.ReasonNotPermitted)
+	held := &vpnv1.VPNGateway{}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "gw"}, held); err != nil {
+		t.Fatal(err)
+	}
+	if held.Status.ServiceCIDR != "" {
+		t.Errorf("a gateway that is not permitted holds service CIDR %s", held.Status.ServiceCIDR)
+	}
 	deployment := types.NamespacedName{Namespace: ns, Name: children.Name("gw")}
 	if err := env.Client.Get(ctx, deployment, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a gateway that is not permitted has a Deployment (err %v)", err)
@@ -160,6 +169,7 @@ func TestHostNetworkNeedsThePermission(t *testing.T) {
 	allowed := "allowed"
 	setLabel(&allowed)
 	waitCondition(t, gw, vpnv1.ConditionEndpointReady, metav1.ConditionTrue, cloud.ReasonReady)
+	waitCondition(t, gw, vpnv1.ConditionAddressesAllocated, metav1.ConditionTrue, controller.ReasonAllocated)
 	eventually(t, 20*time.Second, func() error { return env.Client.Get(ctx, deployment, &appsv1.Deployment{}) })
 
 	setLabel(nil)

@@ -270,10 +270,16 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 func (r *GatewayReconciler) reconcilePhases(ctx context.Context, s *gatewayScope) (ctrl.Result, error) {
 	var result ctrl.Result
 	var errs []error
-	r.allocateServiceCIDR(s, &result)
 	permitted, err := r.hostNetworkPermitted(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	// Address space is claimed only by a gateway allowed to run (one that holds a service CIDR
+	// already keeps it: its clients use it).
+	if permitted || s.gw.Status.ServiceCIDR != "" {
+		r.allocateServiceCIDR(s, &result)
+	} else {
+		s.addresses = failed(ReasonNotPermitted, "no service CIDR is claimed for a gateway that may not run (see EndpointReady)")
 	}
 	if permitted {
 		retry, err := r.ensureEndpoint(ctx, s)
@@ -358,6 +364,12 @@ func (r *GatewayReconciler) loadPeers(ctx context.Context, s *gatewayScope) erro
 
 func (r *GatewayReconciler) allocateServiceCIDR(s *gatewayScope, result *ctrl.Result) {
 	gw := s.gw
+	if req, err := netip.ParsePrefix(gw.Spec.ServiceCIDR); err == nil && gw.Status.ServiceCIDR == "" {
+		if msg, refused := model.ServiceCIDRRefusal(req, r.Options.Model); refused {
+			s.addresses = failed(ReasonServiceCIDRReserved, msg)
+			return
+		}
+	}
 	cidr, err := r.alloc.serviceCIDRFor(s.kind, gw)
 	var conflict *ipam.ConflictError
 	switch {

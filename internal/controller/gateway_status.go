@@ -24,6 +24,8 @@ const (
 	ReasonAllocated           = "Allocated"
 	ReasonPoolExhausted       = "PoolExhausted"
 	ReasonServiceCIDRConflict = "ServiceCIDRConflict"
+	// ReasonServiceCIDRReserved: spec.serviceCIDR overlaps the cluster's own ranges.
+	ReasonServiceCIDRReserved = "ServiceCIDRReserved"
 	ReasonServiceCIDRChanged  = "ServiceCIDRChanged"
 	ReasonValid               = "Valid"
 	ReasonAddressesPending    = "AddressesPending"

@@ -798,6 +798,18 @@ func hostileAnswers() []hostileAnswer {
 			}
 			return out + "; gateway GrantsValid=False/" + c.Reason
 		}},
+		{"gateway/serviceCIDR-squats-the-pod-CIDR", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			g.Spec.ServiceCIDR = "100.96.0.0/24"
+			create(t, g)
+			return invalidGateway(t, g, vpnv1.ConditionAddressesAllocated, controller.ReasonServiceCIDRReserved, "pod CIDR 100.96.0.0/16")
+		}},
+		{"gateway/serviceCIDR-squats-the-Service-CIDR", func(t *testing.T, ns string) string {
+			g := hostileGateway(ns, "gw")
+			g.Spec.ServiceCIDR = "100.97.128.0/17"
+			create(t, g)
+			return invalidGateway(t, g, vpnv1.ConditionAddressesAllocated, controller.ReasonServiceCIDRReserved, "Service CIDR 100.97.0.0/16")
+		}},
 		{"gateway/serviceCIDR-overlaps-another-gateway", func(t *testing.T, ns string) string {
 			first := hostileGateway(ns, "first")
 			first.Spec.ServiceCIDR = "100.120.32.0/24"

@@ -234,3 +234,26 @@ func ParseReadyLink(name string, cidrs []string, via string) (Link, bool) {
 	d := decideLink(LinkSpec{Name: name, CIDRs: cidrs, Via: via}, LinkInput{})
 	return d.Link, d.Ready
 }
+
+// ServiceCIDRRefusal says why a gateway may not claim the service CIDR it asks for: it overlaps
+// one of the cluster's own ranges (pods, Services, nodes, internal sources), which the admin's
+// configuration names. A tenant's spec.serviceCIDR must never take the cluster's addresses:
+// the gateway would answer for them, and other gateways' targets there would be refused.
+func ServiceCIDRRefusal(p netip.Prefix, c Config) (message string, refused bool) {
+	for _, r := range []struct {
+		what   string
+		ranges []netip.Prefix
+	}{
+		{"pod CIDR", c.ClusterPodCIDRs},
+		{"Service CIDR", c.ClusterServiceCIDRs},
+		{"node network", c.NodeCIDRs},
+		{"internal source range", c.InternalSourceCIDRs},
+	} {
+		for _, q := range r.ranges {
+			if q.Overlaps(p) {
+				return fmt.Sprintf("spec.serviceCIDR %s overlaps the cluster's %s %s (operator settings): a gateway's service CIDR may not take the cluster's addresses; leave it empty to get one from the pool %s", p, r.what, q, c.PoolCIDR), true
+			}
+		}
+	}
+	return "", false
+}

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -141,5 +142,26 @@ func TestBuildWithLinks(t *testing.T) {
 	in.Links = nil
 	if _, errs := Build(in); len(errs) != 1 || errs[0].Reason != ReasonTargetNotAllowed {
 		t.Errorf("without the link: %v", errs)
+	}
+}
+
+func TestServiceCIDRRefusal(t *testing.T) {
+	c := Config{PoolCIDR: DefaultPoolCIDR,
+		ClusterPodCIDRs:     []netip.Prefix{netip.MustParsePrefix("100.96.0.0/24")},
+		ClusterServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("100.97.0.0/16")},
+		NodeCIDRs:           []netip.Prefix{netip.MustParsePrefix("100.98.0.0/24")},
+		InternalSourceCIDRs: []netip.Prefix{netip.MustParsePrefix("100.99.0.0/24")}}
+	for _, tt := range []struct{ cidr, want string }{
+		{"100.96.0.0/24", "pod CIDR 100.96.0.0/24"},
+		{"100.96.0.0/16", "pod CIDR 100.96.0.0/24"},
+		{"100.97.3.0/24", "Service CIDR 100.97.0.0/16"},
+		{"100.98.0.128/25", "node network 100.98.0.0/24"},
+		{"100.99.0.0/24", "internal source range 100.99.0.0/24"},
+		{"100.64.7.0/24", ""},
+	} {
+		msg, refused := ServiceCIDRRefusal(netip.MustParsePrefix(tt.cidr), c)
+		if refused != (tt.want != "") || !strings.Contains(msg, tt.want) {
+			t.Errorf("%s: %q, %v; want %q", tt.cidr, msg, refused, tt.want)
+		}
 	}
 }
