@@ -459,16 +459,26 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 
 // hostNetworkPermitted decides whether the gateway may use a host-network endpoint: only in
 // namespaces the admin selected (Options.HostNetworkNamespaces). Other endpoints always may.
+// HostNetworkNamespacePermitted says whether a namespace may run host-network gateways: its
+// labels match the admin's selector (nil: no namespace).
+func HostNetworkNamespacePermitted(r client.Reader, sel labels.Selector) func(ctx context.Context, namespace string) (bool, error) {
+	return func(ctx context.Context, namespace string) (bool, error) {
+		ns := &corev1.Namespace{}
+		if err := r.Get(ctx, types.NamespacedName{Name: namespace}, ns); err != nil {
+			return false, err
+		}
+		return sel != nil && sel.Matches(labels.Set(ns.Labels)), nil
+	}
+}
+
 func (r *GatewayReconciler) hostNetworkPermitted(ctx context.Context, s *gatewayScope) (bool, error) {
 	if s.gw.Spec.Endpoint.HostNetwork == nil {
 		return true, nil
 	}
-	ns := &corev1.Namespace{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: s.gw.Namespace}, ns); err != nil {
-		return false, fmt.Errorf("reading namespace %s: %w", s.gw.Namespace, err)
-	}
 	sel := r.Options.HostNetworkNamespaces
-	if sel != nil && sel.Matches(labels.Set(ns.Labels)) {
+	if ok, err := HostNetworkNamespacePermitted(r.Client, sel)(ctx, s.gw.Namespace); err != nil {
+		return false, fmt.Errorf("reading namespace %s: %w", s.gw.Namespace, err)
+	} else if ok {
 		return true, nil
 	}
 	allowed := "no namespace"

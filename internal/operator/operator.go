@@ -276,7 +276,8 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 	recorder := mgr.GetEventRecorder("bnerd-vpn-operator")
 	endpoints := cloud.NewChooser(cfg.OpenStack,
 		loadbalancer.New(mgr.GetClient(), loadbalancer.Config{}),
-		hostnetwork.New(mgr.GetClient(), hostnetwork.Config{NodeIndex: controller.IndexGatewayNode}))
+		hostnetwork.New(mgr.GetClient(), hostnetwork.Config{NodeIndex: controller.IndexGatewayNode,
+			NamespacePermitted: controller.HostNetworkNamespacePermitted(mgr.GetClient(), cfg.Options.HostNetworkNamespaces)}))
 	// The metadata of Secrets comes from the cache itself: the client reads Secrets uncached.
 	secrets := &controller.SecretFacts{Metadata: mgr.GetCache(), API: mgr.GetAPIReader()}
 	gateways := &controller.GatewayReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: secrets, Recorder: recorder, Options: cfg.Options, Endpoints: endpoints}

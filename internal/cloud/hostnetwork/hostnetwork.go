@@ -41,6 +41,10 @@ type Config struct {
 	// (IndexNodeName), so a conflict check lists only the gateways on the same node instead
 	// of every gateway in the cluster.
 	NodeIndex string
+	// NamespacePermitted, when set, says whether gateways of a namespace may run on a node's
+	// network at all (the admin's selector): a gateway that may not run holds no node, so a
+	// tenant without the right cannot block a node for everyone.
+	NamespacePermitted func(ctx context.Context, namespace string) (bool, error)
 }
 
 // NodeName is the value IndexNodeName-style indexes hold for a gateway: its host-network
@@ -209,6 +213,21 @@ func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Erro
 			self.created = list.Items[i].CreationTimestamp.Time
 		}
 	}
+	permitted := map[string]bool{}
+	mayRun := func(namespace string) (bool, error) {
+		if p.cfg.NamespacePermitted == nil {
+			return true, nil
+		}
+		if ok, seen := permitted[namespace]; seen {
+			return ok, nil
+		}
+		ok, err := p.cfg.NamespacePermitted(ctx, namespace)
+		if err != nil {
+			return false, err
+		}
+		permitted[namespace] = ok
+		return ok, nil
+	}
 	var winner *vpnv1.VPNGateway
 	for i := range list.Items {
 		gw := &list.Items[i]
@@ -217,6 +236,11 @@ func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Erro
 			continue
 		}
 		if !before(ageOf(gw), self) {
+			continue
+		}
+		if ok, err := mayRun(gw.Namespace); err != nil {
+			return nil, apiError(err, "reading namespace "+gw.Namespace)
+		} else if !ok {
 			continue
 		}
 		if winner == nil || before(ageOf(gw), ageOf(winner)) {

@@ -185,3 +185,23 @@ func TestOneGatewayPerNode(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A gateway whose namespace may not run host-network gateways holds no node: an older one of a
+// tenant without the right does not block the node for a gateway that may run there.
+func TestNodeHeldOnlyByPermittedGateways(t *testing.T) {
+	nsAllowed, nsDenied := namespace(t), namespace(t)
+	p := hostnetwork.New(env.Client, hostnetwork.Config{NamespacePermitted: func(_ context.Context, ns string) (bool, error) {
+		return ns == nsAllowed, nil
+	}})
+	n := node(t, "ExternalIP=203.0.113.21")
+	gateway(t, nsDenied, "squatter", n, vpnv1.ProtocolIPsec, 0)
+	time.Sleep(1100 * time.Millisecond) // creation timestamps have one-second resolution
+	allowed := gateway(t, nsAllowed, "allowed", n, vpnv1.ProtocolIPsec, 0)
+	if res := ensure(t, p, allowed); res.Reason != cloud.ReasonReady {
+		t.Errorf("a permitted gateway beside an older gateway that may not run: %+v", res)
+	}
+	// Without the permission check the older one holds the node (the check above can fail).
+	if res := ensure(t, hostnetwork.New(env.Client, hostnetwork.Config{}), allowed); res.Reason != cloud.ReasonConflict || !strings.Contains(res.Message, nsDenied+"/squatter") {
+		t.Errorf("without NamespacePermitted: %+v, want the squatter to hold the node", res)
+	}
+}
