@@ -97,13 +97,17 @@ func TestClusterLink(t *testing.T) {
 			}
 			return nil
 		})
-		np := &networkingv1.NetworkPolicy{}
-		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: children.Name(gw.Name)}, np); err != nil {
-			t.Fatal(err)
-		}
-		if !policyAdmits(np, "203.0.113.224/27") {
-			t.Errorf("NetworkPolicy does not admit the link's range: %+v", np.Spec.Ingress)
-		}
+		// The NetworkPolicy is applied after the ConfigMap.
+		eventually(t, 20*time.Second, func() error {
+			np := &networkingv1.NetworkPolicy{}
+			if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: children.Name(gw.Name)}, np); err != nil {
+				return err
+			}
+			if !policyAdmits(np, "203.0.113.224/27") {
+				return fmt.Errorf("NetworkPolicy does not admit the link's range: %+v", np.Spec.Ingress)
+			}
+			return nil
+		})
 	})
 
 	t.Run("a link overlapping an older peer's subnets is refused, naming both", func(t *testing.T) {

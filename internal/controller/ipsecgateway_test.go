@@ -107,22 +107,29 @@ func renderedChildren(t testing.TB, ns, deployment, configMap string) rendered {
 	t.Helper()
 	ctx := context.Background()
 	var out rendered
-	cm := &corev1.ConfigMap{}
-	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: configMap}, cm); err != nil {
-		t.Fatal(err)
-	}
 	m := &model.Gateway{}
-	if err := json.Unmarshal([]byte(cm.Data[children.ModelKey]), m); err != nil {
-		t.Fatal(err)
-	}
+	// The reverse exposures' Service addresses come in a later pass than the first model.
+	eventually(t, 20*time.Second, func() error {
+		cm := &corev1.ConfigMap{}
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: configMap}, cm); err != nil {
+			return err
+		}
+		*m = model.Gateway{}
+		if err := json.Unmarshal([]byte(cm.Data[children.ModelKey]), m); err != nil {
+			return err
+		}
+		for _, r := range m.ReverseExposures {
+			if !r.ServiceIP.IsValid() {
+				return fmt.Errorf("reverse exposure %s has no Service address yet", r.Name)
+			}
+		}
+		return nil
+	})
 	m.Kind, m.UID = "", ""
 	for i := range m.Peers {
 		m.Peers[i].UID = ""
 	}
 	for i := range m.ReverseExposures {
-		if !m.ReverseExposures[i].ServiceIP.IsValid() {
-			t.Fatalf("reverse exposure %s has no Service address yet", m.ReverseExposures[i].Name)
-		}
 		m.ReverseExposures[i].ServiceIP = netip.Addr{} // each Service gets its own ClusterIP
 	}
 	raw, _ := json.MarshalIndent(m, "", " ")

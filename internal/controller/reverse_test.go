@@ -52,7 +52,16 @@ func labelledNamespace(t testing.TB, suffix string, labels map[string]string) st
 	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deleteAll(t, name) })
+	t.Cleanup(func() {
+		deleteAll(t, name)
+		// envtest never removes a namespace: its labels would go on matching later tests' selectors.
+		n := &corev1.Namespace{}
+		if err := env.Client.Get(context.Background(), types.NamespacedName{Name: name}, n); err == nil && len(n.Labels) > 0 {
+			patch := client.MergeFrom(n.DeepCopy())
+			n.Labels = map[string]string{corev1.LabelMetadataName: name}
+			_ = env.Client.Patch(context.Background(), n, patch)
+		}
+	})
 	return name
 }
 

@@ -106,6 +106,8 @@ func namespace(t testing.TB) string {
 // so finalizers are removed here; tests that check the operator's release do so themselves.
 func deleteAll(t testing.TB, ns string) {
 	ctx := context.Background()
+	// Pods too (at once: envtest has no kubelet): a later test's selectors must not find them.
+	_ = env.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0))
 	_ = env.Client.DeleteAllOf(ctx, &vpnv1.VPNPeer{}, client.InNamespace(ns))
 	_ = env.Client.DeleteAllOf(ctx, &vpnv1.VPNGateway{}, client.InNamespace(ns))
 	var list vpnv1.VPNGatewayList
