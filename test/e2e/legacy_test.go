@@ -58,7 +58,7 @@ func TestLegacyIPsecGatewayTwoTunnels(t *testing.T) {
 		sites = append(sites, s)
 	}
 
-	ns := newNamespace(t, uniqueNamespace("e2e-legacy"))
+	ns := newNamespace(t, "e2e-legacy")
 	ports := func(target int32) []intstr.IntOrString {
 		return vpnv1.Ports(vpnv1.PortSpec{Port: 80, TargetPort: target}, vpnv1.PortSpec{Port: 53, TargetPort: target, Protocol: vpnv1.PortProtocolUDP})
 	}

@@ -279,9 +279,10 @@ func waitFor(t testing.TB, what string, timeout time.Duration, cond func() error
 	}
 }
 
-// newNamespace creates a Kubernetes namespace for one test.
-func newNamespace(t testing.TB, name string) string {
+// newNamespace creates a Kubernetes namespace for one test, named base-N.
+func newNamespace(t testing.TB, base string) string {
 	t.Helper()
+	name := uniqueNamespace(base) // envtest never removes a namespace: a second -count run needs its own
 	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		t.Fatal(err)
 	}
