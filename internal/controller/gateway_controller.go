@@ -607,7 +607,13 @@ func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope) 
 		s.rendered = failed(ReasonApplyFailed, err.Error())
 		return err
 	}
-	if err := applyAll(ctx, r.Client, s.gw.Namespace, kids); err != nil {
+	restored, err := applyAll(ctx, r.Client, s.gw.Namespace, kids)
+	for _, c := range restored {
+		childrenRestored.WithLabelValues(s.gw.Namespace, s.gw.Name, c.Kind).Inc()
+		r.Recorder.Eventf(s.obj, nil, corev1.EventTypeWarning, ReasonChildRestored, "Restore",
+			"%s %s was changed outside the operator (%s): restored to its rendering", c.Kind, c.Name, truncate(c.By, 600))
+	}
+	if err != nil {
 		s.rendered = failed(ReasonApplyFailed, err.Error())
 		return err
 	}

@@ -43,6 +43,9 @@ const (
 	// ReasonEndpointBlocked: the endpoint is not permitted or held by another gateway
 	// (Conflict); nothing is rendered and no pod runs until it is.
 	ReasonEndpointBlocked = "EndpointBlocked"
+	// ReasonChildRestored (an Event): a child of the gateway was changed outside the operator
+	// and put back to its rendering.
+	ReasonChildRestored = "ChildRestored"
 
 	// ConditionGrantsValid: every grant can be honoured (no reverse-exposure conflicts,
 	// no overlapping peer subnets).

@@ -23,10 +23,16 @@ var legacyGatewayReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Help: "1 when the legacy IPsecGateway's Ready condition is True, else 0; reason is the condition's reason.",
 }, []string{"namespace", "gateway", "reason"})
 
+// childrenRestored counts the children found changed outside the operator and restored.
+var childrenRestored = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "bnerd_vpn_children_restored_total",
+	Help: "Children of a gateway (Deployment, ConfigMap, Role, ...) found changed by someone other than the operator and restored to their rendering, by kind.",
+}, []string{"namespace", "gateway", "kind"})
+
 // RegisterMetrics adds the operator's own metrics to reg (controller-runtime's registry, served
 // on --metrics-bind-address). Registering them again is harmless.
 func RegisterMetrics(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{gatewayReady, legacyGatewayReady} {
+	for _, c := range []prometheus.Collector{gatewayReady, legacyGatewayReady, childrenRestored} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {
