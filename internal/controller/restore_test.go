@@ -110,7 +110,6 @@ func tamperings() []tampering {
 	}
 }
 
-
 // restoredCount reads bnerd_vpn_children_restored_total for one gateway: kind -> count.
 func restoredCount(t *testing.T, ns, gw string) map[string]float64 {
 	t.Helper()
