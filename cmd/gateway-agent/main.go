@@ -22,6 +22,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -69,12 +70,20 @@ func command() *cobra.Command {
 }
 
 func initCommand() *cobra.Command {
-	var configDir string
+	var configDir, gateway, namespace, kind string
 	var opts render.Options
+	var where placementFlags
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Render the nftables ruleset from the gateway's verified model, install it with the startup gate and enable forwarding, then exit (fail closed)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			kind, err := gatewayKind(kind)
+			if err != nil {
+				return err
+			}
+			if opts.Placement, err = where.placement(cmd.Flags(), namespace, gateway, kind); err != nil {
+				return err
+			}
 			b, err := readBundle(configDir, opts)
 			if err != nil {
 				return err
@@ -89,7 +98,23 @@ func initCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&configDir, "config-dir", "/etc/vpn-gateway", "directory holding the gateway's ConfigMap data")
 	cmd.Flags().BoolVar(&opts.UserspaceDataplane, "userspace-dataplane", false, "the gateway runs userspace ESP (kernel-libipsec) instead of kernel ESP")
+	cmd.Flags().StringVar(&gateway, "gateway", "", "the gateway's name (with --host-network: the model must be this gateway's)")
+	cmd.Flags().StringVar(&namespace, "namespace", "", "the gateway's namespace")
+	cmd.Flags().StringVar(&kind, "gateway-kind", "", "the gateway's kind when it is not a VPNGateway: IPsecGateway")
+	where.bind(cmd.Flags())
 	return cmd
+}
+
+// gatewayKind is the model's Kind for a --gateway-kind flag: "" for a VPNGateway.
+func gatewayKind(flag string) (string, error) {
+	switch flag {
+	case "", "VPNGateway":
+		return "", nil
+	case model.KindIPsecGateway:
+		return flag, nil
+	default:
+		return "", fmt.Errorf("--gateway-kind %q: must be VPNGateway or %s", flag, model.KindIPsecGateway)
+	}
 }
 
 func renderCommand() *cobra.Command {
@@ -164,6 +189,9 @@ type runOptions struct {
 	teardownWait          time.Duration
 	render                render.Options
 	drivers               driverOptions
+	where                 placementFlags
+	// flags are the command's, to tell which were given.
+	flags *pflag.FlagSet
 }
 
 // wireguardDeviceCommand runs the gateway pod's wireguard container: the userspace device in
@@ -210,6 +238,8 @@ func runCommand() *cobra.Command {
 	f.DurationVar(&o.teardownWait, "teardown-wait", model.TeardownWait, "how long a stopping host-network agent waits for its tunnels to go before it takes the gateway's ruleset and address off the node (still up: the agent alone is restarting, and all stays); inside the pod's termination grace period")
 	f.BoolVar(&o.render.UserspaceDataplane, "userspace-dataplane", false, "the gateway runs userspace ESP (kernel-libipsec) instead of kernel ESP")
 	o.drivers.bindFlags(f)
+	o.where.bind(f)
+	o.flags = f
 	return cmd
 }
 
@@ -217,12 +247,12 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	if o.configDir == "" && (o.gateway == "" || o.namespace == "") {
 		return errors.New("--gateway and --namespace are required (or --config-dir)")
 	}
-	switch o.kind {
-	case "", "VPNGateway":
-		o.kind = ""
-	case model.KindIPsecGateway:
-	default:
-		return fmt.Errorf("--gateway-kind %q: must be VPNGateway or %s", o.kind, model.KindIPsecGateway)
+	var err error
+	if o.kind, err = gatewayKind(o.kind); err != nil {
+		return err
+	}
+	if o.render.Placement, err = o.where.placement(o.flags, o.namespace, o.gateway, o.kind); err != nil {
+		return err
 	}
 	if o.configMap == "" {
 		o.configMap = children.ConfigMapNameFor(o.kind, o.gateway)
@@ -290,7 +320,7 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	errs := make(chan error, 2)
 	go func() { errs <- feed(ctx) }()
 	go func() { errs <- engine.Run(ctx, updates) }()
-	err := <-errs
+	err = <-errs
 	closeErr := driver.Close()
 	if ctx.Err() != nil {
 		// Stopped by a signal: the pod is going (or the agent alone restarting). A host-network

@@ -32,6 +32,10 @@ type Options struct {
 	// UserspaceDataplane: kernel-libipsec (TUN ipsec0) instead of kernel ESP. Kernel ESP binds
 	// each peer's grants to its CHILD_SAs' reqid (model.FirstReqid).
 	UserspaceDataplane bool
+	// Placement is what the agent knows of where it runs (its pod's spec); a model that
+	// disagrees with it is refused. Nil: not checked (the operator, which built the model,
+	// and tools that render a model for an engineer to read).
+	Placement *model.Placement
 }
 
 // Bundle is one gateway's rendered dataplane.
@@ -44,6 +48,11 @@ type Bundle struct {
 
 // Render renders every dataplane of the gateway, or says which one cannot be rendered.
 func Render(gw *model.Gateway, opts Options) (*Bundle, error) {
+	if opts.Placement != nil {
+		if err := opts.Placement.Check(gw); err != nil {
+			return nil, err
+		}
+	}
 	b := &Bundle{Model: gw}
 	var err error
 	switch gw.Protocol {

@@ -573,12 +573,16 @@ func TestDeploymentShape(t *testing.T) {
 			}
 			ini := pod.InitContainers[0]
 			var dataplane []string // the agent renders for the dataplane it runs
+			// ... and refuses a model that disagrees with where its pod runs
+			placement := []string{"--gateway", gw.Name, "--namespace", gw.Namespace,
+				fmt.Sprintf("--host-network=%t", gw.Endpoint.Kind == model.EndpointHostNetwork), "--node-name=$(NODE_NAME)",
+				"--service-cidr", gw.ServiceCIDR.String()}
 			if tc.opts.UserspaceDataplane {
 				dataplane = []string{"--userspace-dataplane"}
 			}
 			if *ini.Name != "agent-init" || *ini.Image != tc.opts.AgentImage ||
 				!slices.Equal(ini.Command, []string{"/gateway-agent"}) ||
-				!slices.Equal(ini.Args, append([]string{"init", "--config-dir", "/etc/vpn-gateway"}, dataplane...)) {
+				!slices.Equal(ini.Args, append(append([]string{"init", "--config-dir", "/etc/vpn-gateway"}, placement...), dataplane...)) {
 				t.Errorf("init container %s %s %v %v", *ini.Name, *ini.Image, ini.Command, ini.Args)
 			}
 
@@ -632,8 +636,8 @@ func TestDeploymentShape(t *testing.T) {
 			if metricsPort == 0 {
 				metricsPort = DefaultMetricsPort
 			}
-			if !slices.Equal(agent.Args, append([]string{"run", "--gateway", gw.Name, "--namespace", gw.Namespace,
-				"--config-map", gw.Name + "-gateway-config", "--metrics-addr", fmt.Sprintf(":%d", metricsPort)}, dataplane...)) {
+			if !slices.Equal(agent.Args, append(append(append([]string{"run"}, placement...),
+				"--config-map", gw.Name+"-gateway-config", "--metrics-addr", fmt.Sprintf(":%d", metricsPort)), dataplane...)) {
 				t.Errorf("agent args %v", agent.Args)
 			}
 			var podNS bool

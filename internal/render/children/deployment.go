@@ -160,7 +160,8 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 	}
 	initC := container(gw, ContainerAgentInit, opts.AgentImage, opts).
 		WithCommand(AgentCommand).
-		WithArgs(append([]string{"init", "--config-dir", ConfigDir}, dataplane...)...).
+		WithArgs(append(append([]string{"init", "--config-dir", ConfigDir}, placementArgs(gw)...), dataplane...)...).
+		WithEnv(nodeNameEnv()).
 		WithVolumeMounts(configMount())
 
 	// Agent sidecar: converges charon (over VICI) or the WireGuard device, reports status and
@@ -172,6 +173,7 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 			corev1ac.EnvVar().WithName("POD_NAMESPACE").WithValueFrom(corev1ac.EnvVarSource().
 				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.namespace"))),
 			corev1ac.EnvVar().WithName("METRICS_PORT").WithValue(strconv.Itoa(int(opts.MetricsPort))),
+			nodeNameEnv(),
 		).
 		WithPorts(corev1ac.ContainerPort().
 			WithName(PortMetrics).
@@ -304,13 +306,32 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 				WithSpec(podSpec)))
 }
 
-// agentRunArgs are the agent sidecar's arguments; a legacy gateway's agent is told its kind
-// (it reports tunnels to the IPsecGateway's status, and there are no VPNPeers). A VPNGateway's
-// are unchanged, so its pods are not restarted by an upgrade.
+// agentRunArgs are the agent sidecar's arguments: where it runs (placementArgs; a legacy
+// gateway's agent is told its kind, and reports tunnels to the IPsecGateway's status), its
+// ConfigMap and its metrics address.
 func agentRunArgs(gw *model.Gateway, opts Options) []string {
-	args := []string{"run", "--gateway", gw.Name}
+	args := append([]string{"run"}, placementArgs(gw)...)
+	return append(args, "--config-map", configMapNameOf(gw), "--metrics-addr", ":"+strconv.Itoa(int(opts.MetricsPort)))
+}
+
+// placementArgs tell the agent (and its init step) what it must not take from the model:
+// which gateway it serves, whether its pod is on the node's network, the node (the downward
+// API's spec.nodeName, NODE_NAME) and the service CIDR. A model that disagrees is refused
+// (model.Placement).
+func placementArgs(gw *model.Gateway) []string {
+	args := []string{"--gateway", gw.Name, "--namespace", gw.Namespace}
 	if gw.Kind == model.KindIPsecGateway {
 		args = append(args, "--gateway-kind", gw.Kind)
 	}
-	return append(args, "--namespace", gw.Namespace, "--config-map", configMapNameOf(gw), "--metrics-addr", ":"+strconv.Itoa(int(opts.MetricsPort)))
+	args = append(args, "--host-network="+strconv.FormatBool(gw.Endpoint.Kind == model.EndpointHostNetwork), "--node-name=$(NODE_NAME)")
+	if gw.ServiceCIDR.IsValid() {
+		args = append(args, "--service-cidr", gw.ServiceCIDR.String())
+	}
+	return args
+}
+
+// nodeNameEnv is NODE_NAME, the node the pod runs on, from the downward API.
+func nodeNameEnv() *corev1ac.EnvVarApplyConfiguration {
+	return corev1ac.EnvVar().WithName("NODE_NAME").WithValueFrom(corev1ac.EnvVarSource().
+		WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("spec.nodeName")))
 }

@@ -60,7 +60,7 @@ func TestLegacyChildren(t *testing.T) {
 	if labels.SelectorFromSet(o.Deployment.Spec.Selector.MatchLabels).Matches(lPod) || lSel.Matches(labels.Set(o.Deployment.Spec.Template.Labels)) {
 		t.Errorf("a VPNGateway named %s selects the legacy pod (or the reverse)", name)
 	}
-	// The agent is told its kind and its ConfigMap; the unified agent's arguments are unchanged.
+	// The agent is told its kind and its ConfigMap; the unified agent is told no kind.
 	args := l.Deployment.Spec.Template.Spec.Containers[len(l.Deployment.Spec.Template.Spec.Containers)-1].Args
 	for _, c := range l.Deployment.Spec.Template.Spec.Containers {
 		if *c.Name == ContainerAgent {
@@ -68,7 +68,7 @@ func TestLegacyChildren(t *testing.T) {
 		}
 	}
 	joined := strings.Join(args, " ")
-	if !strings.Contains(joined, "--gateway "+legacy.Name+" --gateway-kind IPsecGateway") || !strings.Contains(joined, "--config-map "+name+"-config") {
+	if !strings.Contains(joined, "--gateway "+legacy.Name+" --namespace "+legacy.Namespace+" --gateway-kind IPsecGateway") || !strings.Contains(joined, "--config-map "+name+"-config") {
 		t.Errorf("agent args %q", joined)
 	}
 	for _, c := range u.Deployment.Spec.Template.Spec.Containers {
