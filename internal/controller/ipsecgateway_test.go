@@ -138,10 +138,13 @@ func renderedChildren(t testing.TB, ns, deployment, configMap string) rendered {
 	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: deployment}, d); err != nil {
 		t.Fatal(err)
 	}
+	// The agent and its init step are told the gateway's kind: the one difference there is.
 	spec := d.Spec.Template.Spec.DeepCopy()
-	for i := range spec.Containers {
-		if j := slices.Index(spec.Containers[i].Args, "--gateway-kind"); j >= 0 {
-			spec.Containers[i].Args = slices.Delete(spec.Containers[i].Args, j, j+2)
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			if j := slices.Index(cs[i].Args, "--gateway-kind"); j >= 0 {
+				cs[i].Args = slices.Delete(cs[i].Args, j, j+2)
+			}
 		}
 	}
 	raw, _ = json.Marshal(spec)
