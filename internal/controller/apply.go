@@ -72,6 +72,8 @@ func childrenOf(k *children.Children) []child {
 // operator put back to its rendering.
 type restoredChild struct {
 	Kind, Name string
+	// Object is the child as it was found (the Event's related object).
+	Object client.Object
 	// By names the field managers whose fields were found, or says that fields the operator
 	// applied were changed or removed.
 	By string
@@ -113,7 +115,7 @@ func applyAll(ctx context.Context, c client.Client, namespace string, k *childre
 				}
 			}
 			if by := d.tampering(ch.existing.GetAnnotations()[AnnotationAppliedHash] == hash); by != "" {
-				restored = append(restored, restoredChild{Kind: ch.kind, Name: name, By: by})
+				restored = append(restored, restoredChild{Kind: ch.kind, Name: name, Object: ch.existing, By: by})
 			}
 		}
 		if err := c.Apply(ctx, ch.ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -309,11 +310,13 @@ func (r *GatewayReconciler) reconcilePhases(ctx context.Context, s *gatewayScope
 			errs = append(errs, err)
 		}
 	case s.built != nil:
-		if err := r.applyChildren(ctx, s); err != nil {
+		if err := r.applyChildren(ctx, s, s.built, nil); err != nil {
 			errs = append(errs, err)
 		}
 	case s.rendered.reason == "":
-		s.rendered = failed(ReasonConfigInvalid, "configuration is not valid; the last applied configuration stays in place")
+		if err := r.applyRevocations(ctx, s); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := r.observeDeployment(ctx, s); err != nil {
 		errs = append(errs, err)
@@ -435,7 +438,7 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 	if err != nil {
 		return err
 	}
-	s.built, s.buildErrs = model.Build(model.Input{
+	s.input = model.Input{
 		Gateway:           s.gw,
 		Kind:              s.kind,
 		Peers:             s.peers,
@@ -450,7 +453,8 @@ func (r *GatewayReconciler) build(ctx context.Context, s *gatewayScope) error {
 		ReverseClients:    clients,
 		ReverseServiceIPs: serviceIPs,
 		Links:             links,
-	})
+	}
+	s.built, s.buildErrs = model.Build(s.input)
 	if s.built == nil && len(s.buildErrs) > 0 && !s.configWasInvalid() {
 		r.Recorder.Eventf(s.obj, nil, corev1.EventTypeWarning, s.buildErrs[0].Reason, "Validate", "%s", truncate(joinErrors(s.buildErrs), 1000))
 	}
@@ -564,6 +568,70 @@ func targetAddresses(gw *vpnv1.VPNGateway, services map[string]model.ServiceTarg
 	return out
 }
 
+// maxRevokedLines bounds what AnnotationRevoked keeps (the Rendered message names fewer).
+const maxRevokedLines = 64
+
+// applyRevocations handles a gateway whose configuration is not valid: the last applied
+// configuration stays in place, but only as far as the current spec still grants it
+// (model.Restrict): a grant removed, a peer deleted, a subnet withdrawn is applied at once.
+// What was taken out is kept on the ConfigMap (AnnotationRevoked) and named by Rendered
+// for as long as the configuration stays invalid.
+func (r *GatewayReconciler) applyRevocations(ctx context.Context, s *gatewayScope) error {
+	const stays = "configuration is not valid; the last applied configuration stays in place"
+	s.rendered = failed(ReasonConfigInvalid, stays)
+	if s.input.Gateway == nil || s.blocked {
+		return nil
+	}
+	last, earlier, err := r.lastApplied(ctx, s)
+	if err != nil || last == nil {
+		return err
+	}
+	restricted, revoked := model.Restrict(last, s.input)
+	all := earlier
+	for _, line := range revoked {
+		if !slices.Contains(all, line) && len(all) < maxRevokedLines {
+			all = append(all, line)
+		}
+	}
+	if len(revoked) > 0 {
+		if err := r.applyChildren(ctx, s, restricted, all); err != nil {
+			return err
+		}
+		if s.rendered.status != metav1.ConditionTrue {
+			return nil
+		}
+	}
+	if len(all) > 0 {
+		s.rendered = failed(ReasonConfigInvalid, stays+", reduced to what the current spec still grants; revoked: "+model.RevokedSummary(all, 8))
+	} else {
+		s.rendered = failed(ReasonConfigInvalid, stays)
+	}
+	return nil
+}
+
+// lastApplied is the model in the gateway's ConfigMap (what its agent runs) and what was
+// already revoked from it, or a nil model when there is none of this gateway object's.
+func (r *GatewayReconciler) lastApplied(ctx context.Context, s *gatewayScope) (*model.Gateway, []string, error) {
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.gw.Namespace, Name: children.ConfigMapNameFor(s.kind, s.gw.Name)}, cm)
+	if apierrors.IsNotFound(err) {
+		return nil, nil, nil
+	} else if err != nil {
+		return nil, nil, fmt.Errorf("reading the applied configuration: %w", err)
+	}
+	m, err := render.DecodeModel([]byte(cm.Data[render.KeyModel]))
+	if err != nil || m.UID != s.obj.GetUID() {
+		// Not a model this gateway's operator wrote (the child is restored on the next valid
+		// configuration); nothing to reduce.
+		return nil, nil, nil
+	}
+	var revoked []string
+	if a := cm.Annotations[AnnotationRevoked]; a != "" {
+		revoked = strings.Split(a, "\n")
+	}
+	return m, revoked, nil
+}
+
 func (s *gatewayScope) configWasInvalid() bool {
 	for _, c := range s.gw.Status.Conditions {
 		if c.Type == vpnv1.ConditionConfigValid {
@@ -573,14 +641,16 @@ func (s *gatewayScope) configWasInvalid() bool {
 	return false
 }
 
-func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope) error {
+// applyChildren renders m (the built model, or the last good one restricted, with what was
+// revoked from it) into the gateway's children and applies them.
+func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope, m *model.Gateway, revoked []string) error {
 	owner := s.owner()
-	kids, err := children.Render(s.built, owner, r.Options.Render)
+	kids, err := children.Render(m, owner, r.Options.Render)
 	if err != nil {
 		s.rendered = failed(ReasonRenderFailed, err.Error())
 		return nil // a render error is a condition, not a retry
 	}
-	bundle, err := render.Render(s.built, render.Options{UserspaceDataplane: r.Options.Render.UserspaceDataplane})
+	bundle, err := render.Render(m, render.Options{UserspaceDataplane: r.Options.Render.UserspaceDataplane})
 	if err != nil {
 		s.rendered = failed(ReasonRenderFailed, err.Error()+"; the last applied configuration stays in place")
 		return nil
@@ -591,6 +661,9 @@ func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope) 
 		return nil
 	}
 	kids.ConfigMap.WithData(data)
+	if len(revoked) > 0 {
+		kids.ConfigMap.WithAnnotations(map[string]string{AnnotationRevoked: strings.Join(revoked, "\n")})
+	}
 	if att := s.endpoint.pod.NetworkAttachment; att != nil {
 		nad, err := networkAttachment(att, owner)
 		if err != nil {
@@ -610,7 +683,9 @@ func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope) 
 	restored, err := applyAll(ctx, r.Client, s.gw.Namespace, kids)
 	for _, c := range restored {
 		childrenRestored.WithLabelValues(s.gw.Namespace, s.gw.Name, c.Kind).Inc()
-		r.Recorder.Eventf(s.obj, nil, corev1.EventTypeWarning, ReasonChildRestored, "Restore",
+		// The child is the Event's related object: events of one gateway with one reason are
+		// otherwise counted as a series of the first, and each child's restore must show.
+		r.Recorder.Eventf(s.obj, c.Object, corev1.EventTypeWarning, ReasonChildRestored, "Restore",
 			"%s %s was changed outside the operator (%s): restored to its rendering", c.Kind, c.Name, truncate(c.By, 600))
 	}
 	if err != nil {

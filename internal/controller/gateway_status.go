@@ -95,11 +95,13 @@ type gatewayScope struct {
 	peers       []vpnv1.VPNPeer
 	serviceCIDR netip.Prefix
 	addresses   outcome
-	built       *model.Gateway
-	buildErrs   []model.Error
-	rendered    outcome
-	endpoint    endpointResult
-	deployment  *appsv1.Deployment
+	// input is what the model was built from; built the model (nil when invalid: buildErrs).
+	input      model.Input
+	built      *model.Gateway
+	buildErrs  []model.Error
+	rendered   outcome
+	endpoint   endpointResult
+	deployment *appsv1.Deployment
 	// blocked: the endpoint may not be used (not permitted, or another gateway's): no children.
 	blocked bool
 	// key is the KeyReady outcome; publicKey the WireGuard public key.

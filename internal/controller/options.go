@@ -15,9 +15,13 @@ const (
 	FieldOwner = "bnerd-vpn-operator"
 	// FinalizerAddresses keeps a gateway until its service CIDR is released.
 	FinalizerAddresses = "vpn.bnerd.net/release-addresses"
-	// AnnotationAppliedHash on a child is the hash of the configuration last applied to it, so
-	// an unchanged child is not re-applied (no API writes once converged).
+	// AnnotationAppliedHash on a child is the hash of its rendering last applied: edited
+	// content under an unchanged hash is somebody else's edit.
 	AnnotationAppliedHash = "vpn.bnerd.net/applied-hash"
+	// AnnotationRevoked on a gateway's ConfigMap lists, one per line, what was taken out of
+	// its last good configuration while the current one is invalid (model.Restrict); absent
+	// once a valid configuration is applied.
+	AnnotationRevoked = "vpn.bnerd.net/revoked"
 	// LabelManagedBy marks every child; the operator's cache only holds objects with it.
 	LabelManagedBy      = "app.kubernetes.io/managed-by"
 	LabelManagedByValue = "bnerd-vpn-operator"

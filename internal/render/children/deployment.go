@@ -171,7 +171,7 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 		WithArgs(append(agentRunArgs(gw, opts), dataplane...)...).
 		WithEnv(
 			corev1ac.EnvVar().WithName("POD_NAMESPACE").WithValueFrom(corev1ac.EnvVarSource().
-				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.namespace"))),
+				WithFieldRef(corev1ac.ObjectFieldSelector().WithAPIVersion("v1").WithFieldPath("metadata.namespace"))),
 			corev1ac.EnvVar().WithName("METRICS_PORT").WithValue(strconv.Itoa(int(opts.MetricsPort))),
 			nodeNameEnv(),
 		).
@@ -330,8 +330,10 @@ func placementArgs(gw *model.Gateway) []string {
 	return args
 }
 
-// nodeNameEnv is NODE_NAME, the node the pod runs on, from the downward API.
+// nodeNameEnv is NODE_NAME, the node the pod runs on, from the downward API. The field
+// selector's apiVersion is spelled out, as the API server would default it, so the live
+// Deployment compares equal to its rendering.
 func nodeNameEnv() *corev1ac.EnvVarApplyConfiguration {
 	return corev1ac.EnvVar().WithName("NODE_NAME").WithValueFrom(corev1ac.EnvVarSource().
-		WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("spec.nodeName")))
+		WithFieldRef(corev1ac.ObjectFieldSelector().WithAPIVersion("v1").WithFieldPath("spec.nodeName")))
 }
