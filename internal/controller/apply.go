@@ -85,8 +85,10 @@ type restoredChild struct {
 // the rendering, plus any field another manager owns: a field only somebody else set (a
 // container, a volume, a label) would survive an apply, so the operator first takes those
 // fields over (managedFields) and the apply then drops them. The children found edited while
-// the rendering had not changed are returned, for an Event and a metric.
-func applyAll(ctx context.Context, c client.Client, namespace string, k *children.Children) ([]restoredChild, error) {
+// the rendering had not changed are returned, for an Event and a metric. A child the cache
+// shows drifted is read again from the API server (live) before anything is done: the cache
+// may not have seen the operator's own last apply yet.
+func applyAll(ctx context.Context, c client.Client, live client.Reader, namespace string, k *children.Children) ([]restoredChild, error) {
 	var restored []restoredChild
 	for _, ch := range childrenOf(k) {
 		name := *ch.ac.GetName()
@@ -105,6 +107,15 @@ func applyAll(ctx context.Context, c client.Client, namespace string, k *childre
 			d, err := childDrift(ch, ch.existing)
 			if err != nil {
 				return restored, fmt.Errorf("comparing %s %s with its rendering: %w", ch.kind, name, err)
+			}
+			if d.drifted() && live != nil {
+				if err := live.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, ch.existing); err != nil && !apierrors.IsNotFound(err) {
+					return restored, fmt.Errorf("reading %s %s: %w", ch.kind, name, err)
+				} else if err == nil {
+					if d, err = childDrift(ch, ch.existing); err != nil {
+						return restored, fmt.Errorf("comparing %s %s with its rendering: %w", ch.kind, name, err)
+					}
+				}
 			}
 			if !d.drifted() {
 				continue

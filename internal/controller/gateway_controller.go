@@ -60,7 +60,8 @@ import (
 // GatewayReconciler turns a VPNGateway and its peers into the gateway's children and status.
 type GatewayReconciler struct {
 	Client client.Client
-	// APIReader reads Secrets directly: the cache holds none.
+	// APIReader reads Secrets directly (the cache holds none), and a child the cache shows
+	// edited, to confirm it before restoring it.
 	APIReader client.Reader
 	// Secrets tells the peers' Secrets' types (shared with the PeerReconciler).
 	Secrets  *SecretFacts
@@ -680,7 +681,7 @@ func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope, 
 		s.rendered = failed(ReasonApplyFailed, err.Error())
 		return err
 	}
-	restored, err := applyAll(ctx, r.Client, s.gw.Namespace, kids)
+	restored, err := applyAll(ctx, r.Client, r.APIReader, s.gw.Namespace, kids)
 	for _, c := range restored {
 		childrenRestored.WithLabelValues(s.gw.Namespace, s.gw.Name, c.Kind).Inc()
 		// The child is the Event's related object: events of one gateway with one reason are
