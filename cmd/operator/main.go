@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -42,6 +43,7 @@ func command() *cobra.Command {
 		pullPolicy                                        string
 		osYAML, osCloud, osNetwork, osSubnet, osNADMaster string
 		osNADTemplate                                     string
+		metricsNamespaces                                 string
 		osResync                                          time.Duration
 	)
 	cmd := &cobra.Command{
@@ -75,6 +77,12 @@ func command() *cobra.Command {
 			}
 			if cfg.Options.HostNetworkNamespaces, err = labels.Parse(hostNetworkNamespaces); err != nil {
 				return fmt.Errorf("--host-network-namespace-selector %q: %w", hostNetworkNamespaces, err)
+			}
+			cfg.Render.OperatorNamespace = os.Getenv("POD_NAMESPACE")
+			if cmd.Flags().Changed("metrics-namespace-selector") {
+				if cfg.Render.MetricsNamespaces, err = metav1.ParseToLabelSelector(metricsNamespaces); err != nil {
+					return fmt.Errorf("--metrics-namespace-selector %q: %w", metricsNamespaces, err)
+				}
 			}
 			switch pp := corev1.PullPolicy(pullPolicy); pp {
 			case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
@@ -112,6 +120,8 @@ func command() *cobra.Command {
 	f.StringSliceVar(&allowedTargets, "allowed-target-cidrs", nil, "when set, the only ranges exposure targets may lie in (as resolved: include the Service and pod CIDRs for Service targets)")
 	f.StringVar(&hostNetworkNamespaces, "host-network-namespace-selector", controller.DefaultHostNetworkNamespaces,
 		"label selector of the namespaces whose gateways may use a hostNetwork endpoint (an empty selector allows every namespace)")
+	f.StringVar(&metricsNamespaces, "metrics-namespace-selector", "",
+		"label selector of the namespaces whose pods may reach the gateway agents' metrics port (unset: the operator's namespace and \"monitoring\"; an empty selector: every namespace)")
 	f.StringVar(&cfg.Render.AgentImage, "agent-image", "bnerd-vpn-gateway:latest", "gateway image running the agent (and, on a userspace dataplane, the WireGuard device): make images builds bnerd-vpn-gateway:<version>")
 	f.StringVar(&cfg.Render.StrongSwanImage, "strongswan-image", "bnerd-vpn-gateway:latest", "gateway image running charon (the same image as the agent's by default)")
 	f.StringVar(&pullPolicy, "image-pull-policy", "IfNotPresent", "pull policy of the gateway images (Always, IfNotPresent, Never)")

@@ -1,4 +1,4 @@
-// Package cluster is the cluster end-to-end suite (issue 11, Build 0): against the lab cluster
+// Package cluster is the cluster end-to-end suite: against the lab cluster
 // hack/lab/cluster-up.sh started, it runs the lab (hack/lab/lab.sh: the operator from
 // config/default, the sample client, two strongSwan sites on a host-network IPsec gateway, one
 // WireGuard site on a gateway behind a LoadBalancer Service) and asserts, in order (one subtest
@@ -8,7 +8,8 @@
 // proposal mismatch named, 4 a peer added live, 4b an overlapping dark peer, 4c a ServiceAccount
 // token as PSK, 4d host network only where allowed, 4e a ConfigMap carrying more than the model,
 // 4f reverse exposures from their tenant, 4g the node's traffic untouched, 4h a ClusterLink to a
-// service cluster behind the node (clusterlink_test.go), 5 gateway pods deleted, 6 operator
+// service cluster behind the node (clusterlink_test.go), 4i the agents' metrics port only from
+// the selected namespaces (metricsport_test.go), 5 gateway pods deleted, 6 operator
 // restart, 7 agent logs, 8 no secret outside its Secret, 8b the fault suite (faults_test.go), 9
 // host-network gateway deleted, 10 status, 11 legacy IPsecGateway migrated, 12 an OpenStack
 // gateway through its floating IP in the lab's cloud and 13 the VM cutover and the cloud's leak
@@ -89,6 +90,7 @@ func TestCluster(t *testing.T) {
 		{"4f reverse exposures from their tenant", test4fReverseExposures},
 		{"4g host-network gateway leaves the node's traffic alone", test4gNodeTrafficUntouched},
 		{"4h ClusterLink: a service cluster behind the node", test4hClusterLink},
+		{"4i agent metrics only from the selected namespaces", test4iMetricsPort},
 		{"5 gateway pod deleted", test5GatewayPodDeleted},
 		{"6 operator restart re-creates nothing", test6OperatorRestart},
 		{"7 agent logs", test7AgentLogs},

@@ -46,6 +46,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- with $v.network.hostNetworkNamespaceSelector }}
 - --host-network-namespace-selector={{ . }}
 {{- end }}
+{{- with $v.network.metricsNamespaceSelector }}
+- --metrics-namespace-selector={{ . }}
+{{- end }}
 {{- if $v.openstack.enabled }}
 - --openstack-clouds-yaml=/etc/openstack/{{ $v.openstack.cloudsSecretKey }}
 - --openstack-cloud={{ $v.openstack.cloud }}

@@ -114,9 +114,32 @@ type Options struct {
 	UserspaceDataplane bool
 	// MetricsPort the agent serves /metrics, /healthz and /readyz on (TCP); 0 means 9090.
 	MetricsPort int32
-	// OperatorNamespace is where the operator runs. Not rendered into anything yet: the
-	// metrics rule of the NetworkPolicy already admits the whole cluster.
+	// OperatorNamespace is where the operator runs; with DefaultMonitoringNamespace, the
+	// namespaces whose pods may reach the agent's metrics port when MetricsNamespaces is nil.
 	OperatorNamespace string
+	// MetricsNamespaces selects the namespaces whose pods may reach the agent's metrics port
+	// (the gateway NetworkPolicy's metrics rule). Nil: the operator's namespace and
+	// DefaultMonitoringNamespace; an empty selector: every namespace.
+	MetricsNamespaces *metav1.LabelSelector
+}
+
+// DefaultMonitoringNamespace is where a cluster's Prometheus usually runs: its pods may scrape
+// the gateway agents unless the admin selects other namespaces (Options.MetricsNamespaces).
+const DefaultMonitoringNamespace = "monitoring"
+
+// MetricsNamespaceSelector is the selector of the namespaces whose pods may reach the agent's
+// metrics port under opts (Options.MetricsNamespaces).
+func MetricsNamespaceSelector(opts Options) *metav1.LabelSelector {
+	if opts.MetricsNamespaces != nil {
+		return opts.MetricsNamespaces
+	}
+	names := []string{DefaultMonitoringNamespace}
+	if opts.OperatorNamespace != "" && opts.OperatorNamespace != DefaultMonitoringNamespace {
+		names = []string{opts.OperatorNamespace, DefaultMonitoringNamespace}
+	}
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: names,
+	}}}
 }
 
 // Children are a gateway's rendered Kubernetes objects. All of them are always set, except
@@ -406,6 +429,11 @@ func validate(gw *model.Gateway, owner metav1.OwnerReference, opts *Options) err
 	if opts.OperatorNamespace != "" {
 		for _, msg := range validation.IsDNS1123Label(opts.OperatorNamespace) {
 			bad("options: operator namespace %q is invalid: %s", opts.OperatorNamespace, msg)
+		}
+	}
+	if opts.MetricsNamespaces != nil {
+		if _, err := metav1.LabelSelectorAsSelector(opts.MetricsNamespaces); err != nil {
+			bad("options: metrics namespace selector: %v", err)
 		}
 	}
 

@@ -718,6 +718,9 @@ func TestNetworkPolicy(t *testing.T) {
 				}
 				for _, f := range r.From {
 					switch {
+					case f.NamespaceSelector != nil && f.PodSelector == nil &&
+						reflect.DeepEqual(appliedSelector(f.NamespaceSelector), MetricsNamespaceSelector(tc.opts)):
+						from = append(from, "metrics-namespaces")
 					case f.IPBlock != nil:
 						from = append(from, *f.IPBlock.CIDR)
 					case f.NamespaceSelector != nil && f.PodSelector == nil &&
@@ -731,11 +734,7 @@ func TestNetworkPolicy(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						got := &metav1.LabelSelector{MatchLabels: f.NamespaceSelector.MatchLabels}
-						for _, e := range f.NamespaceSelector.MatchExpressions {
-							got.MatchExpressions = append(got.MatchExpressions, metav1.LabelSelectorRequirement{Key: *e.Key, Operator: *e.Operator, Values: e.Values})
-						}
-						gotSel, err := metav1.LabelSelectorAsSelector(got)
+						gotSel, err := metav1.LabelSelectorAsSelector(appliedSelector(f.NamespaceSelector))
 						if err != nil || gotSel.String() != sel.String() {
 							t.Errorf("namespace selector %v, want %v", gotSel, sel)
 						}
@@ -772,11 +771,57 @@ func TestNetworkPolicy(t *testing.T) {
 				}
 				want = append(want, fmt.Sprintf("ports=%v from=%v", ports, from))
 			}
-			want = append(want, fmt.Sprintf("ports=[TCP/%d] from=[cluster]", metrics))
+			want = append(want, fmt.Sprintf("ports=[TCP/%d] from=[metrics-namespaces]", metrics))
 			if !slices.Equal(got, want) {
 				t.Errorf("ingress rules\n got: %q\nwant: %q", got, want)
 			}
 		})
+	}
+}
+
+// appliedSelector is a label selector apply configuration as the selector it applies.
+func appliedSelector(ac *metav1ac.LabelSelectorApplyConfiguration) *metav1.LabelSelector {
+	out := &metav1.LabelSelector{MatchLabels: ac.MatchLabels}
+	for _, e := range ac.MatchExpressions {
+		out.MatchExpressions = append(out.MatchExpressions, metav1.LabelSelectorRequirement{Key: *e.Key, Operator: *e.Operator, Values: e.Values})
+	}
+	return out
+}
+
+// The agent's metrics port admits the namespaces the admin selects: by default the operator's
+// and "monitoring" only, never every pod of the cluster.
+func TestMetricsNamespaces(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want string // the selector, as labels.Selector prints it
+	}{
+		{"default", Options{}, "kubernetes.io/metadata.name in (monitoring)"},
+		{"default with the operator's namespace", Options{OperatorNamespace: "vpn-system"}, "kubernetes.io/metadata.name in (monitoring,vpn-system)"},
+		{"selected", Options{OperatorNamespace: "vpn-system", MetricsNamespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "observability"}}}, "team=observability"},
+		{"every namespace, when the admin says so", Options{MetricsNamespaces: &metav1.LabelSelector{}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := tc.opts
+			opts.AgentImage, opts.StrongSwanImage = testAgentImage, testStrongSwanImage
+			np := mustRender(t, ipsecSingleSNAT(), opts).NetworkPolicy.Spec
+			metrics := np.Ingress[len(np.Ingress)-1]
+			if len(metrics.Ports) != 1 || metrics.Ports[0].Port.IntVal != DefaultMetricsPort || len(metrics.From) != 1 {
+				t.Fatalf("metrics rule %+v", metrics)
+			}
+			sel, err := metav1.LabelSelectorAsSelector(appliedSelector(metrics.From[0].NamespaceSelector))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sel.String() != tc.want {
+				t.Errorf("metrics from namespaces %q, want %q", sel.String(), tc.want)
+			}
+		})
+	}
+	bad := Options{AgentImage: testAgentImage, StrongSwanImage: testStrongSwanImage, MetricsNamespaces: &metav1.LabelSelector{
+		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Near"}}}}
+	if _, err := Render(ipsecSingleSNAT(), ownerOf(ipsecSingleSNAT()), bad); err == nil || !strings.Contains(err.Error(), "metrics namespace selector") {
+		t.Errorf("an invalid selector: %v", err)
 	}
 }
 

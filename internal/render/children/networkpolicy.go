@@ -16,7 +16,9 @@ import (
 //   - the reverse exposures' gateway ports from the pods of the gateway's own namespace and of
 //     the namespaces spec.reverseExposureNamespaces selects (the tenant; the gateway's ruleset
 //     admits exactly those pods' addresses too),
-//   - the metrics port (TCP) from any pod in the cluster.
+//   - the metrics port (TCP) from the pods of the namespaces the admin selects
+//     (MetricsNamespaceSelector: by default the operator's and "monitoring"); the kubelet's
+//     probes come from the node, which NetworkPolicy implementations admit.
 //
 // Egress is not restricted. IPsec is always UDP-encapsulated here: a gateway pod sits behind
 // NAT (floating IP or load balancer), and NetworkPolicy cannot express raw ESP anyway.
@@ -67,8 +69,7 @@ func renderNetworkPolicy(gw *model.Gateway, owner metav1.OwnerReference, opts Op
 
 	rules = append(rules, networkingv1ac.NetworkPolicyIngressRule().
 		WithPorts(port(tcp, opts.MetricsPort)).
-		// An empty namespaceSelector: every pod in every namespace of the cluster.
-		WithFrom(networkingv1ac.NetworkPolicyPeer().WithNamespaceSelector(metav1ac.LabelSelector())))
+		WithFrom(networkingv1ac.NetworkPolicyPeer().WithNamespaceSelector(labelSelector(MetricsNamespaceSelector(opts)))))
 
 	return networkingv1ac.NetworkPolicy(nameOf(gw), gw.Namespace).
 		WithLabels(labelsOf(gw)).
