@@ -226,7 +226,7 @@ func TestChartValuesBecomeFlags(t *testing.T) {
 		"network.internalSourceCIDRs={10.244.0.0/16,10.245.0.0/16}", "network.clusterPodCIDRs={10.244.0.0/16}",
 		"network.clusterServiceCIDRs={10.96.0.0/12}", "network.nodeCIDRs={192.0.2.0/24}",
 		"network.allowedTargetCIDRs={10.96.0.0/12}", "network.hostNetworkNamespaceSelector=tier=edge",
-		"network.metricsNamespaceSelector=team=observability",
+		"network.metricsNamespaceSelector=team=observability", "network.maxGatewaysPerNamespace=4", "network.maxServiceAddressesPerNamespace=0",
 		"network.serviceCIDRPool=100.80.0.0/16",
 		"operator.leaderElection.leaseDuration=40s", "operator.extraArgs={--concurrency=8}",
 		"openstack.enabled=true", "openstack.cloudsSecret=os-creds", "openstack.networkID=net-1", "openstack.resync=90s",
@@ -238,6 +238,7 @@ func TestChartValuesBecomeFlags(t *testing.T) {
 		"--internal-source-cidrs=10.244.0.0/16,10.245.0.0/16", "--cluster-pod-cidrs=10.244.0.0/16",
 		"--cluster-service-cidrs=10.96.0.0/12", "--node-cidrs=192.0.2.0/24", "--allowed-target-cidrs=10.96.0.0/12",
 		"--host-network-namespace-selector=tier=edge", "--metrics-namespace-selector=team=observability", "--concurrency=8",
+		"--max-gateways-per-namespace=4", "--max-service-addresses-per-namespace=0",
 		"--openstack-clouds-yaml=/etc/openstack/clouds.yaml", "--openstack-network-id=net-1", "--openstack-resync=90s",
 	} {
 		if !slices.Contains(args, want) {

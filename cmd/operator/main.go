@@ -120,6 +120,10 @@ func command() *cobra.Command {
 	f.StringSliceVar(&allowedTargets, "allowed-target-cidrs", nil, "when set, the only ranges exposure targets may lie in (as resolved: include the Service and pod CIDRs for Service targets)")
 	f.StringVar(&hostNetworkNamespaces, "host-network-namespace-selector", controller.DefaultHostNetworkNamespaces,
 		"label selector of the namespaces whose gateways may use a hostNetwork endpoint (an empty selector allows every namespace)")
+	f.IntVar(&cfg.Options.Limits.Gateways, "max-gateways-per-namespace", controller.DefaultNamespaceLimits.Gateways,
+		"gateways of one namespace that may hold a service CIDR (a new one beyond it gets NamespaceLimitReached; 0: no limit)")
+	f.IntVar(&cfg.Options.Limits.Addresses, "max-service-addresses-per-namespace", controller.DefaultNamespaceLimits.Addresses,
+		"service-CIDR addresses the gateways of one namespace may hold together (a /24 is 256; 0: no limit)")
 	f.StringVar(&metricsNamespaces, "metrics-namespace-selector", "",
 		"label selector of the namespaces whose pods may reach the gateway agents' metrics port (unset: the operator's namespace and \"monitoring\"; an empty selector: every namespace)")
 	f.StringVar(&cfg.Render.AgentImage, "agent-image", "bnerd-vpn-gateway:latest", "gateway image running the agent (and, on a userspace dataplane, the WireGuard device): make images builds bnerd-vpn-gateway:<version>")

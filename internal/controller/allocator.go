@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,7 +30,32 @@ type allocator struct {
 	waiting    map[waiter]struct{}
 	wake       chan event.GenericEvent
 	wakeLegacy chan event.GenericEvent
+	limits     NamespaceLimits
 }
+
+// LimitError: a new claim would take the gateway's namespace beyond one of its limits.
+type LimitError struct {
+	Namespace string
+	// Holding is what the namespace's other gateways hold: Gateways of them, Addresses in all.
+	Gateways, Addresses int
+	// Wanted is the size of the claim; Limit the limit reached and Flag its operator setting.
+	Wanted int
+	Limit  int
+	Flag   string
+}
+
+func (e *LimitError) Error() string {
+	if e.Flag == flagMaxGateways {
+		return fmt.Sprintf("namespace %s already has %d gateways holding a service CIDR, its limit (operator setting %s %d): delete one, or ask the cluster admin", e.Namespace, e.Gateways, e.Flag, e.Limit)
+	}
+	return fmt.Sprintf("namespace %s's gateways hold %d service-CIDR addresses; %d more would pass its limit (operator setting %s %d): request a smaller spec.serviceCIDR, delete a gateway, or ask the cluster admin", e.Namespace, e.Addresses, e.Wanted, e.Flag, e.Limit)
+}
+
+// The operator settings of NamespaceLimits, named in LimitError.
+const (
+	flagMaxGateways  = "--max-gateways-per-namespace"
+	flagMaxAddresses = "--max-service-addresses-per-namespace"
+)
 
 // waiter is a gateway waiting for a free block: its model kind and name.
 type waiter struct {
@@ -37,12 +63,46 @@ type waiter struct {
 	types.NamespacedName
 }
 
-func newAllocator(pool netip.Prefix) (*allocator, error) {
+func newAllocator(pool netip.Prefix, limits NamespaceLimits) (*allocator, error) {
 	p, err := ipam.NewPool(pool, 24)
 	if err != nil {
 		return nil, fmt.Errorf("service CIDR pool %s: %w", pool, err)
 	}
-	return &allocator{pool: p, waiting: map[waiter]struct{}{}, wake: make(chan event.GenericEvent), wakeLegacy: make(chan event.GenericEvent)}, nil
+	return &allocator{pool: p, waiting: map[waiter]struct{}{}, wake: make(chan event.GenericEvent), wakeLegacy: make(chan event.GenericEvent), limits: limits}, nil
+}
+
+// namespaceOf is the namespace in an ownerKey.
+func namespaceOf(owner string) string {
+	if _, rest, legacy := strings.Cut(owner, " "); legacy {
+		owner = rest
+	}
+	ns, _, _ := strings.Cut(owner, "/")
+	return ns
+}
+
+// withinLimits checks a new claim of size addresses by owner against its namespace's limits.
+// The caller holds a.mu.
+func (a *allocator) withinLimits(owner string, size int) error {
+	if a.limits.Gateways <= 0 && a.limits.Addresses <= 0 {
+		return nil
+	}
+	ns := namespaceOf(owner)
+	e := &LimitError{Namespace: ns, Wanted: size}
+	for o, cidr := range a.pool.Holdings() {
+		if o != owner && namespaceOf(o) == ns {
+			e.Gateways++
+			e.Addresses += 1 << (32 - cidr.Bits())
+		}
+	}
+	switch {
+	case a.limits.Gateways > 0 && e.Gateways >= a.limits.Gateways:
+		e.Limit, e.Flag = a.limits.Gateways, flagMaxGateways
+		return e
+	case a.limits.Addresses > 0 && e.Addresses+size > a.limits.Addresses:
+		e.Limit, e.Flag = a.limits.Addresses, flagMaxAddresses
+		return e
+	}
+	return nil
 }
 
 // ownerKey is a gateway's key in the pool: "namespace/name" for a VPNGateway (as always),
@@ -103,27 +163,43 @@ func (a *allocator) serviceCIDRFor(kind string, gw *vpnv1.VPNGateway) (netip.Pre
 	key := waiter{kind, types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}}
 	// A gateway whose CIDR another holds waits for a release as an exhausted one does (a
 	// migration: the new gateway claims the CIDR its released legacy gateway gives up).
-	claim := func(p netip.Prefix) (netip.Prefix, error) {
-		err := a.pool.Claim(owner, p)
-		if _, conflict := errors.AsType[*ipam.ConflictError](err); conflict {
+	// The same for one over its namespace's limits: a release in the namespace wakes it.
+	wait := func(err error) {
+		_, conflict := errors.AsType[*ipam.ConflictError](err)
+		_, limited := errors.AsType[*LimitError](err)
+		if conflict || limited || errors.Is(err, ipam.ErrExhausted) {
 			a.waiting[key] = struct{}{}
 		} else {
 			delete(a.waiting, key)
 		}
+	}
+	claim := func(p netip.Prefix) (netip.Prefix, error) {
+		err := a.pool.Claim(owner, p)
+		wait(err)
 		return p, err
 	}
+	// A service CIDR in status is live (clients use it): it is kept whatever the limits say.
 	if cur, err := netip.ParsePrefix(gw.Status.ServiceCIDR); err == nil {
 		return claim(cur)
 	}
+	_, holds := a.pool.Lookup(owner)
 	if req, err := netip.ParsePrefix(gw.Spec.ServiceCIDR); err == nil {
+		if !holds {
+			if err := a.withinLimits(owner, 1<<(32-req.Bits())); err != nil {
+				wait(err)
+				return netip.Prefix{}, err
+			}
+		}
 		return claim(req)
 	}
-	cidr, err := a.pool.Allocate(owner)
-	if errors.Is(err, ipam.ErrExhausted) {
-		a.waiting[key] = struct{}{}
-	} else {
-		delete(a.waiting, key)
+	if !holds {
+		if err := a.withinLimits(owner, 1<<(32-24)); err != nil {
+			wait(err)
+			return netip.Prefix{}, err
+		}
 	}
+	cidr, err := a.pool.Allocate(owner)
+	wait(err)
 	return cidr, err
 }
 

@@ -79,7 +79,7 @@ type GatewayReconciler struct {
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
-	a, err := newAllocator(r.Options.Model.PoolCIDR)
+	a, err := newAllocator(r.Options.Model.PoolCIDR, r.Options.Limits)
 	if err != nil {
 		return err
 	}
@@ -376,7 +376,11 @@ func (r *GatewayReconciler) allocateServiceCIDR(s *gatewayScope, result *ctrl.Re
 	}
 	cidr, err := r.alloc.serviceCIDRFor(s.kind, gw)
 	var conflict *ipam.ConflictError
+	var limit *LimitError
 	switch {
+	case errors.As(err, &limit):
+		s.addresses = failed(ReasonNamespaceLimitReached, limit.Error())
+		return
 	case errors.Is(err, ipam.ErrExhausted):
 		s.addresses = failed(ReasonPoolExhausted, fmt.Sprintf("no free /24 left in the service CIDR pool %s; set spec.serviceCIDR or enlarge the pool", r.Options.Model.PoolCIDR))
 		result.RequeueAfter = r.poolRetry

@@ -24,6 +24,9 @@ const (
 	ReasonAllocated           = "Allocated"
 	ReasonPoolExhausted       = "PoolExhausted"
 	ReasonServiceCIDRConflict = "ServiceCIDRConflict"
+	// ReasonNamespaceLimitReached: the gateway's namespace holds as many gateways or service
+	// addresses as the operator allows it (NamespaceLimits).
+	ReasonNamespaceLimitReached = "NamespaceLimitReached"
 	// ReasonServiceCIDRReserved: spec.serviceCIDR overlaps the cluster's own ranges.
 	ReasonServiceCIDRReserved = "ServiceCIDRReserved"
 	ReasonServiceCIDRChanged  = "ServiceCIDRChanged"

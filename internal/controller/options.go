@@ -35,7 +35,26 @@ type Options struct {
 	// a node's network namespace (the cluster admin's decision: tenants cannot label their
 	// namespaces). Nil allows none.
 	HostNetworkNamespaces labels.Selector
+	// Limits bound what one namespace may hold of the service-CIDR address space.
+	Limits NamespaceLimits
 }
+
+// NamespaceLimits bound what the gateways of one namespace hold, so one tenant cannot take the
+// address space of every other. A gateway that already holds its service CIDR keeps it; a
+// new claim beyond a limit is refused (AddressesAllocated=False, NamespaceLimitReached) until
+// the namespace holds less. Zero: no limit.
+type NamespaceLimits struct {
+	// Gateways is the number of gateways (VPNGateways and IPsecGateways) of one namespace that
+	// may hold a service CIDR.
+	Gateways int
+	// Addresses is the number of service-CIDR addresses the gateways of one namespace may hold
+	// together (a /24 is 256).
+	Addresses int
+}
+
+// DefaultNamespaceLimits are the operator's defaults: 32 gateways and sixteen /24s' worth of
+// addresses per namespace.
+var DefaultNamespaceLimits = NamespaceLimits{Gateways: 32, Addresses: 16 * 256}
 
 // DefaultHostNetworkNamespaces is the label the admin puts on a namespace to allow it
 // host-network gateways (the operator's default --host-network-namespace-selector).

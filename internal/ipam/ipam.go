@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -104,6 +105,13 @@ func (p *Pool) Lookup(owner string) (netip.Prefix, bool) {
 	defer p.mu.Unlock()
 	cidr, ok := p.owners[owner]
 	return cidr, ok
+}
+
+// Holdings returns every owner's CIDR (a copy).
+func (p *Pool) Holdings() map[string]netip.Prefix {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.owners)
 }
 
 // HolderOf returns the owner whose CIDR contains a, other than except, and that CIDR.

@@ -49,6 +49,13 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- with $v.network.metricsNamespaceSelector }}
 - --metrics-namespace-selector={{ . }}
 {{- end }}
+{{- /* the operator's defaults are not repeated as flags (the chart renders the kustomize install) */}}
+{{- if ne (int $v.network.maxGatewaysPerNamespace) 32 }}
+- --max-gateways-per-namespace={{ $v.network.maxGatewaysPerNamespace }}
+{{- end }}
+{{- if ne (int $v.network.maxServiceAddressesPerNamespace) 4096 }}
+- --max-service-addresses-per-namespace={{ $v.network.maxServiceAddressesPerNamespace }}
+{{- end }}
 {{- if $v.openstack.enabled }}
 - --openstack-clouds-yaml=/etc/openstack/{{ $v.openstack.cloudsSecretKey }}
 - --openstack-cloud={{ $v.openstack.cloud }}
