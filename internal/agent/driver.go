@@ -43,6 +43,9 @@ type PeerState struct {
 	PacketsOut    uint64
 	// Rekeys counted since the agent started (IPsec).
 	Rekeys uint64
+	// ChildSAsRefused: CHILD_SAs the peer negotiated beyond its limit, terminated, since the
+	// agent started (IPsec).
+	ChildSAsRefused uint64
 }
 
 // Connected reports whether the tunnel is up.

@@ -56,6 +56,7 @@ var (
 	descPackets    = prometheus.NewDesc("bnerd_vpn_peer_packets_total", "Packets through the peer's tunnel (IPsec only).", dirLabels, nil)
 	descEstab      = prometheus.NewDesc("bnerd_vpn_peer_established_seconds", "Seconds since the peer's current tunnel came up (0 when down).", labels, nil)
 	descRekeys     = prometheus.NewDesc("bnerd_vpn_peer_rekeys_total", "Rekeys of the peer's SAs since the agent started.", labels, nil)
+	descRefused    = prometheus.NewDesc("bnerd_vpn_peer_child_sas_refused_total", "CHILD_SAs the peer negotiated beyond its limit (two per configured child), terminated (IPsec).", labels, nil)
 	descHandshake  = prometheus.NewDesc("bnerd_vpn_peer_last_handshake_timestamp_seconds", "Unix time of the peer's last WireGuard handshake.", labels, nil)
 	descDrops      = prometheus.NewDesc("bnerd_vpn_peer_authorization_drops_total", "Packets from (in) or toward (out) the peer's subnets dropped by authorization.", dirLabels, nil)
 	descDropBytes  = prometheus.NewDesc("bnerd_vpn_peer_authorization_dropped_bytes_total", "Bytes from (in) or toward (out) the peer's subnets dropped by authorization.", dirLabels, nil)
@@ -63,7 +64,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descAuthorized, descBytes, descPackets, descEstab, descRekeys, descHandshake, descDrops, descDropBytes, descRepairs, descRejected, descSpoofed, descSpoofedBytes} {
+	for _, d := range []*prometheus.Desc{descUp, descAuthorized, descBytes, descPackets, descEstab, descRekeys, descRefused, descHandshake, descDrops, descDropBytes, descRepairs, descRejected, descSpoofed, descSpoofedBytes} {
 		ch <- d
 	}
 }
@@ -96,6 +97,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descEstab, prometheus.GaugeValue, estab, l...)
 		ch <- prometheus.MustNewConstMetric(descRekeys, prometheus.CounterValue, float64(p.Rekeys), l...)
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(p.ChildSAsRefused), l...)
 		if !p.LastHandshake.IsZero() {
 			ch <- prometheus.MustNewConstMetric(descHandshake, prometheus.GaugeValue, float64(p.LastHandshake.UnixNano())/float64(time.Second), l...)
 		}

@@ -127,6 +127,8 @@ type connRuntime struct {
 	staleID uint64
 	// rekeys counts ike-rekey and child-rekey events since the driver started.
 	rekeys uint64
+	// childrenRefused counts CHILD_SAs terminated beyond the peer's limit (childLimit).
+	childrenRefused uint64
 	// establishedAt by IKE_SA unique id, so the reported time is stable across listings
 	// (charon reports whole seconds since), and carried over to the new IKE_SA on a rekey.
 	establishedAt map[uint64]time.Time
@@ -892,7 +894,7 @@ func parseUint(s string) uint64 {
 // every new CHILD_SA, e.g. after a rekey).
 func (rt *connRuntime) state(sas []ikeSA, now time.Time) agent.PeerState {
 	var st agent.PeerState
-	st.Rekeys = rt.rekeys
+	st.Rekeys, st.ChildSAsRefused = rt.rekeys, rt.childrenRefused
 	seen := map[uint64]bool{}
 	var upSAs []ikeSA
 	connecting, unanswered := false, ""
@@ -1029,6 +1031,10 @@ func (d *Driver) handle(ev vici.Event) {
 				continue
 			}
 			d.maxSeenID = max(d.maxSeenID, sa.id())
+			if ev.Name == "child-updown" && up == "yes" {
+				// The event names the one CHILD_SA that came up: the IKE_SA's others are listed.
+				go d.boundChildren(name, sa.UniqueID, d.childLimit(name))
+			}
 			if rt := d.runtime[name]; rt != nil && up == "yes" {
 				if ev.Name == "ike-updown" {
 					// The event's time is more precise than list-sas' whole seconds.
@@ -1062,6 +1068,91 @@ func (d *Driver) handle(ev vici.Event) {
 		d.mu.Unlock()
 		d.signal()
 	}
+}
+
+// childLimit is how many CHILD_SAs one IKE_SA of connection name may hold: two per configured
+// child (a rekey holds the old and the new one for a moment). A peer may propose any number
+// of CHILD_SAs whose narrowed selectors fit its configuration; charon accepts them all, and
+// each costs the gateway kernel state. The caller holds d.mu.
+func (d *Driver) childLimit(name string) int {
+	for _, c := range d.conns {
+		if c.Name == name {
+			return 2 * max(len(c.IKE.Children), 1)
+		}
+	}
+	return 2
+}
+
+// liveChild: a CHILD_SA in service and not on its way out. One being rekeyed (REKEYING,
+// REKEYED) is leaving for its successor and does not count: a rekey never costs a tunnel.
+func liveChild(state string) bool {
+	switch state {
+	case "INSTALLED", "UPDATING":
+		return true
+	}
+	return false
+}
+
+// excessChildren are the unique ids of the live CHILD_SAs of sa beyond limit: the oldest
+// limit of them stay, the newest go.
+func excessChildren(sa ikeSA, limit int) []string {
+	var live []uint64
+	for _, c := range sa.Children {
+		if liveChild(c.State) {
+			live = append(live, parseUint(c.UniqueID))
+		}
+	}
+	if len(live) <= limit {
+		return nil
+	}
+	slices.Sort(live)
+	out := make([]string, 0, len(live)-limit)
+	for _, id := range live[limit:] {
+		out = append(out, strconv.FormatUint(id, 10))
+	}
+	return out
+}
+
+// boundChildren lists the IKE_SA ikeID of connection conn and deletes its CHILD_SAs beyond
+// limit (childLimit), without waiting for the peer's answer.
+func (d *Driver) boundChildren(conn, ikeID string, limit int) {
+	ctx, cancel := context.WithTimeout(d.ctx, d.opts.CallTimeout)
+	defer cancel()
+	in := vici.NewMessage()
+	_ = in.Set("ike-id", ikeID)
+	_ = in.Set("noblock", "yes")
+	events, err := d.collect(ctx, "list-sas", "list-sa", in)
+	if err != nil {
+		d.log.V(1).Info("cannot list an IKE_SA to bound its CHILD_SAs", "connection", conn, "ike-id", ikeID, "error", err.Error())
+		return
+	}
+	sas, err := parseSAs(events)
+	if err != nil {
+		d.log.V(1).Info("cannot list an IKE_SA to bound its CHILD_SAs", "connection", conn, "ike-id", ikeID, "error", err.Error())
+		return
+	}
+	var ids []string
+	for _, sa := range sas[conn] {
+		ids = append(ids, excessChildren(sa, limit)...)
+	}
+	if len(ids) == 0 {
+		return
+	}
+	for _, id := range ids {
+		t := vici.NewMessage()
+		_ = t.Set("child-id", id)
+		_ = t.Set("timeout", "-1")
+		if _, err := d.call(ctx, "terminate", t); err != nil {
+			d.log.V(1).Info("terminating a CHILD_SA beyond the peer's limit", "connection", conn, "child-id", id, "error", err.Error())
+			continue
+		}
+		d.mu.Lock()
+		if rt := d.runtime[conn]; rt != nil {
+			rt.childrenRefused++
+		}
+		d.mu.Unlock()
+	}
+	d.log.Info("CHILD_SAs beyond the peer's limit terminated", "connection", conn, "count", len(ids))
 }
 
 // carryEstablished keeps the established time of a rekeyed IKE_SA for its successor: the

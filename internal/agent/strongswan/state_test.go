@@ -78,3 +78,35 @@ func TestParseSocket(t *testing.T) {
 		}
 	}
 }
+
+// TestExcessChildren: beyond its limit, a peer's newest live CHILD_SAs go; the oldest stay,
+// and CHILD_SAs on their way out (deleted, or replaced by a rekey) count for nothing.
+func TestExcessChildren(t *testing.T) {
+	sa := ikeSA{UniqueID: "3", State: "ESTABLISHED", Children: map[string]childSA{
+		"a": {UniqueID: "10", State: "INSTALLED"},
+		"b": {UniqueID: "9", State: "DELETING"},
+		"c": {UniqueID: "12", State: "INSTALLED"},
+		"d": {UniqueID: "11", State: "REKEYED"},
+		"e": {UniqueID: "13", State: "INSTALLED"},
+	}}
+	for _, tc := range []struct {
+		limit int
+		want  []string
+	}{
+		{4, nil},
+		{3, nil},
+		{2, []string{"13"}},
+		{1, []string{"12", "13"}},
+	} {
+		got := excessChildren(sa, tc.limit)
+		if len(got) != len(tc.want) {
+			t.Errorf("limit %d: %v, want %v", tc.limit, got, tc.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("limit %d: %v, want %v", tc.limit, got, tc.want)
+			}
+		}
+	}
+}
