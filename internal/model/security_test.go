@@ -276,7 +276,7 @@ func TestAuthorizeReservedRanges(t *testing.T) {
 }
 
 func TestAuthorizeDarkOverlapGetsNoTunnelForIt(t *testing.T) {
-	// The attack of issue 10: a younger peer with no block on a multi-peer gateway, one subnet of
+	// The attack: a younger peer with no block on a multi-peer gateway, one subnet of
 	// its own and one inside an authorized peer's LAN.
 	in := testInput(
 		ipsecPeer("hq", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(1)),

@@ -1,6 +1,6 @@
 package cluster
 
-// The fault suite (issue 18, Build 3): control-plane and gateway faults on the live lab while
+// The fault suite: control-plane and gateway faults on the live lab while
 // the sites send a request through their tunnels every 200 ms (hq over IPsec to acme-gw's web
 // exposure, roam over WireGuard to acme-wg's). Each fault prints the longest outage per site and
 // asserts the issue's goals: no failed probe for API server and etcd freezes, operator and

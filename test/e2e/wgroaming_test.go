@@ -22,7 +22,7 @@ import (
 // container. The userspace device ends with the agent; the new agent re-creates it with the
 // endpoint the old one last saw (its state file, in the pod's emptyDir in a cluster) and
 // initiates the handshake itself, instead of waiting 15 s for the site to give up its dead
-// session (issue 18: 15.8 s). The longest outage of the stream is printed; traffic must resume.
+// session (15.8 s). The longest outage of the stream is printed; traffic must resume.
 // Kernel WireGuard, where the module exists, keeps its device (and sessions) across the
 // agent's restart.
 func TestWireGuardAgentKillRoamingSite(t *testing.T) {
