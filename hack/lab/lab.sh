@@ -39,6 +39,18 @@ kind: Namespace
 # the admin allows this tenant host-network gateways (--host-network-namespace-selector)
 metadata: {name: $NS, labels: {vpn.bnerd.net/host-network: allowed}}
 ---
+# the tenant: a ServiceAccount with the shipped tenant role in its namespace and nothing else
+# (its kubeconfig: $S/pki/tenant.kubeconfig, below)
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: lab-tenant, namespace: $NS}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: lab-tenant, namespace: $NS}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bnerd-vpn-tenant-edit}
+subjects: [{kind: ServiceAccount, name: lab-tenant, namespace: $NS}]
+---
 apiVersion: apps/v1
 kind: Deployment
 metadata: {name: backend, namespace: $NS}
@@ -70,6 +82,12 @@ spec:
   ports: [{name: http, port: 8081, targetPort: 8081}]
 YAML
 kubectl -n $NS rollout status deploy/backend --timeout=60s >&2
+# act as the tenant: KUBECONFIG=$S/pki/tenant.kubeconfig kubectl -n $NS ...
+server=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+"$K/kubectl" config --kubeconfig "$S/pki/tenant.kubeconfig" set-cluster lab --server "$server" --certificate-authority "$S/pki/ca.crt" --embed-certs >/dev/null
+"$K/kubectl" config --kubeconfig "$S/pki/tenant.kubeconfig" set-credentials lab-tenant --token "$(kubectl -n $NS create token lab-tenant --duration 24h)" >/dev/null
+"$K/kubectl" config --kubeconfig "$S/pki/tenant.kubeconfig" set-context lab-tenant --cluster lab --user lab-tenant --namespace "$NS" >/dev/null
+"$K/kubectl" config --kubeconfig "$S/pki/tenant.kubeconfig" use-context lab-tenant >/dev/null
 { lab_ipsec_peer hq 1 "$PSK_HQ" web; lab_ipsec_peer branch 2 "$PSK_BR" "web, admin"; cat <<YAML
 ---
 apiVersion: vpn.bnerd.net/v1alpha1
