@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs/builds the real Kubernetes parts the tests start, cached under bin/:
 #   bin/k8s/<version>/kube-apiserver  -> kube, all five Kubernetes parts in one binary built from
-#                                     the Go module proxy (hack/tools/kube, own module)
+#                                     the Go module proxy (hack/tools/kube, own module), or
+#                                     the API server alone until that is built
 #   bin/k8s/<version>/etcd            symlink to Debian's etcd-server
 # Prints the directory to use as envtest's BinaryAssetsDirectory.
 # Rebuilds only when the tool module changes. Needs root for apt on a fresh machine.
@@ -28,7 +29,8 @@ if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
 fi
 ln -sf "$(command -v etcd || echo /usr/bin/etcd)" "$dir/etcd"
 
-# kube-apiserver: the lab's combined Kubernetes binary (hack/lab/build-kube.sh, one build for
-# envtest and the lab), built once per tool-module change, linked as kube-apiserver.
-"$root/hack/lab/build-kube.sh" >/dev/null
+# kube-apiserver: the lab's combined Kubernetes binary when it is built (hack/lab/build-kube.sh,
+# one build for envtest and the lab), else the API server alone; rebuilt once per tool-module
+# change.
+"$root/hack/lab/build-kube.sh" apiserver >/dev/null
 echo "$dir"
