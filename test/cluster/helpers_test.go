@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,6 +35,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -74,6 +76,8 @@ func newLab() (*lab, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The suite's clients log nothing; without a logger controller-runtime warns with a stack.
+	ctrllog.SetLogger(logr.Discard())
 	l := &lab{root: root, state: labState()}
 	l.kubeconfig = filepath.Join(l.state, "pki", "admin.kubeconfig")
 	cfg, err := clientcmd.BuildConfigFromFlags("", l.kubeconfig)
