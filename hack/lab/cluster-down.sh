@@ -69,9 +69,9 @@ if command -v ipset >/dev/null; then
   for s in $(ipset list -n 2>/dev/null | grep -E "$KR_SETS"); do ipset destroy "$s" 2>/dev/null; done
 fi
 
-# kube-proxy's nftables tables, our masquerade table
+# kube-proxy's nftables tables, our masquerade table and the pod source guard's
 "$K/kube-proxy" --cleanup >/dev/null 2>&1 || true
-for t in "ip kube-proxy" "ip6 kube-proxy" "ip bnerd-lab"; do nft delete table $t 2>/dev/null; done
+for t in "ip kube-proxy" "ip6 kube-proxy" "ip bnerd-lab" "bridge bnerd-lab-srcguard"; do nft delete table $t 2>/dev/null; done
 # iptables(-nft) tables the kubelet created (KUBE-KUBELET-CANARY, KUBE-FIREWALL, ...): delete
 # those that did not exist before cluster-up; in pre-existing ones only kubelet's chains go
 for t in "ip mangle" "ip filter" "ip nat" "ip6 mangle" "ip6 filter" "ip6 nat"; do

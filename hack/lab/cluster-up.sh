@@ -30,6 +30,9 @@ mkdir -p "$S"/{pki,etcd,logs,containerd,cni/net.d,cni/ipam,kubelet,kubelet-certs
 : >"$S/pids"; : >"$S/created"
 ip netns list 2>/dev/null | awk '{print $1}' >"$S/netns-before"
 cloud_cni_bin   # containerd's CNI bin dir, lab-cloud in it (hack/lab/cloud.sh)
+# the pod source guard (internal/labnet): a pod sends only from its own addresses, as production
+# CNIs enforce and the bridge plugin does not; its table now, its CNI plugin in the conflist
+(cd "$root" && go build -o "$CNI_BIN/lab-sourceguard" ./cmd/lab-sourceguard)
 nft list tables >"$S/nft-tables-before"   # kubelet adds iptables-nft tables (KUBE-* chains)
 ip rule list | grep -q 'lookup 220' && echo 220 >"$S/rule220-before"   # strongSwan's routing table
 
@@ -159,9 +162,11 @@ cat >"$S/cni/net.d/10-bnerd-lab.conflist" <<JSON
 {"cniVersion":"0.4.0","name":"bnerd-lab","plugins":[
  {"type":"bridge","bridge":"$BRIDGE","isGateway":true,"ipMasq":false,"hairpinMode":true,
   "ipam":{"type":"host-local","ranges":[[{"subnet":"$POD_CIDR"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"$S/cni/ipam"}},
+ {"type":"lab-sourceguard","bridge":"$BRIDGE"},
  {"type":"portmap","capabilities":{"portMappings":true}},
  $(cloud_conflist_plugin)]}
 JSON
+"$CNI_BIN/lab-sourceguard" install
 # pods reach beyond the node masqueraded (our own nft table; removed at down)
 nft -f - <<NFT
 table ip bnerd-lab {

@@ -171,33 +171,13 @@ func gatewayCondition(name, typ string, status metav1.ConditionStatus, reason st
 	return gw, c, err
 }
 
-// podNetns runs a command in the network namespace of a gateway's pod (its agent's process,
-// through containerd).
+// podNetns runs a command in the network namespace of a gateway's pod (its agent's process).
 func podNetns(gw string, args ...string) (string, error) {
 	pod, err := L.gatewayPod(gw)
 	if err != nil {
 		return "", err
 	}
-	var id string
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == "agent" {
-			_, id, _ = strings.Cut(cs.ContainerID, "://")
-		}
-	}
-	out, err := L.run(20*time.Second, "ctr", "--address", L.state+"/containerd/containerd.sock", "-n", "k8s.io", "tasks", "ls")
-	if err != nil {
-		return "", err
-	}
-	pid := ""
-	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && id != "" && f[0] == id {
-			pid = f[1]
-		}
-	}
-	if pid == "" {
-		return "", fmt.Errorf("no task of %s/agent", pod.Name)
-	}
-	return L.run(20*time.Second, "nsenter", append([]string{"-t", pid, "-n"}, args...)...)
+	return L.inPodNetns(pod, "agent", args...)
 }
 
 // portCounters counts, in the gateway pod's namespace, the packets from the port's address

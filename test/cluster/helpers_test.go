@@ -175,6 +175,32 @@ func (l *lab) run(timeout time.Duration, name string, args ...string) (string, e
 	return string(out), nil
 }
 
+// inPodNetns runs a program on the node inside a pod's network namespace (that of its
+// container's process, found through containerd): what the pod's network sees, with the node's
+// tools and root.
+func (l *lab) inPodNetns(pod *corev1.Pod, container string, args ...string) (string, error) {
+	var id string
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == container {
+			_, id, _ = strings.Cut(cs.ContainerID, "://")
+		}
+	}
+	out, err := l.run(20*time.Second, "ctr", "--address", l.state+"/containerd/containerd.sock", "-n", "k8s.io", "tasks", "ls")
+	if err != nil {
+		return "", err
+	}
+	pid := ""
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && id != "" && f[0] == id {
+			pid = f[1]
+		}
+	}
+	if pid == "" {
+		return "", fmt.Errorf("no task of %s/%s container %s", pod.Namespace, pod.Name, container)
+	}
+	return l.run(20*time.Second, "nsenter", append([]string{"-t", pid, "-n"}, args...)...)
+}
+
 func firstLine(s string) string {
 	s = strings.TrimSpace(s)
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
