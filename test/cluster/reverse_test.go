@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/labnet"
 )
 
 // reverseTarget is a reverse exposure of the lab: a gateway, the peer it reaches into and that
@@ -83,10 +84,12 @@ func updatePeer(name string, change func(*vpnv1.VPNPeer)) error {
 // another namespace (inside the operator's internal sources all the same) does not.
 func test4fReverseExposures(t *testing.T) {
 	targets := []reverseTarget{{ipsecGW, "hq", "hq", 1}, {wgGW, "roam", "roam", 4}}
+	sinks := map[string]string{}
 	for _, x := range targets {
 		lanListener(t, x.site, x.index)
+		sinks[x.gateway] = udpSink(t, x.site, x.index)
 		target := vpnv1.ReverseExposure{Name: "erp", Target: vpnv1.ReverseExposureTarget{
-			Address: siteHost(x.index), Ports: []intstr.IntOrString{intstr.FromInt32(2222)}}}
+			Address: siteHost(x.index), Ports: []intstr.IntOrString{intstr.FromInt32(2222), intstr.FromString("2223/udp")}}}
 		if err := updateGateway(x.gateway, func(gw *vpnv1.VPNGateway) { gw.Spec.ReverseExposures = []vpnv1.ReverseExposure{target} }); err != nil {
 			t.Fatal(err)
 		}
@@ -135,14 +138,14 @@ func test4fReverseExposures(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = L.deleteAndWait(own, 60*time.Second) })
 	ips := map[string]string{}
+	pods := map[string]*corev1.Pod{}
 	for _, p := range []struct{ ns, name string }{{labNS, own.Name}, {stranger, "client"}} {
 		pod, err := L.podRunning(p.ns, p.name, 60*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ips[p.ns] = pod.Status.PodIP
+		ips[p.ns], pods[p.ns] = pod.Status.PodIP, pod
 	}
-
 	// On the node, the host-network gateway's ruleset admits the tenant's pod and not the
 	// other namespace's (NetworkPolicy does not apply to a host-network pod: the ruleset is
 	// all there is).
@@ -215,6 +218,174 @@ func test4fReverseExposures(t *testing.T) {
 					t.Logf("%s/client refused: %s", stranger, firstLine(err.Error()))
 				}
 			})
+
+			// The ruleset admits the tenant pod by its source address (reverse_clients, or the
+			// Service's NetworkPolicy); the pod network keeps a pod from sending as another.
+			t.Run("a pod of another namespace sending as the tenant's pod is dropped by the pod network", func(t *testing.T) {
+				gwPod, err := L.gatewayPod(x.gateway)
+				if err != nil {
+					t.Fatal(err)
+				}
+				udp := servicePort(t, &svc, corev1.ProtocolUDP)
+				dsts := []string{
+					fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, udp.Port),                  // the Service
+					fmt.Sprintf("%s:%d", gwPod.Status.PodIP, udp.TargetPort.IntValue()), // its endpoint
+				}
+				spoofAs(t, pods[stranger], ips[labNS])
+				spoofedBefore := guardSpoofed(t)
+				forged := "forged-" + randomHex(3)
+				for _, dst := range dsts {
+					for range 3 {
+						if err := sendUDP(pods[stranger], forged, dst, ips[labNS]); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				// the tenant's own datagram, sent after the forged ones on the same path, arrives
+				got := udpReceived(t, sinks[x.gateway], pods[labNS], "genuine-"+randomHex(3), dsts[0], "")
+				if strings.Contains(got, forged) {
+					t.Fatalf("the site received datagrams %s/client forged as %s: %q", stranger, ips[labNS], got)
+				}
+				spoofed := guardSpoofed(t) - spoofedBefore
+				if spoofed < uint64(3*len(dsts)) {
+					t.Fatalf("the pod source guard dropped %d frames, want at least the %d forged datagrams", spoofed, 3*len(dsts))
+				}
+				t.Logf("%d datagrams from %s/client as %s (to %s): none at the site, %d dropped by the pod source guard; %s/%s's own arrived",
+					3*len(dsts), stranger, ips[labNS], strings.Join(dsts, " and "), spoofed, labNS, own.Name)
+			})
 		})
 	}
+
+	// Control: with the other namespace's pod's port left unchecked, its forged datagrams reach
+	// the site through the exposure: what stops them above is the pod network's source check,
+	// not the gateway.
+	t.Run("control: without the pod network's source check the forged datagrams arrive", func(t *testing.T) {
+		spoofAs(t, pods[stranger], ips[labNS])
+		port := guardPort(t, ips[stranger])
+		if _, err := L.run(10*time.Second, "nft", "delete", "element", "bridge", labnet.TableName, "guarded_ports", "{ "+port+" }"); err != nil {
+			t.Fatal(err)
+		}
+		reguard := func() error {
+			_, err := L.run(10*time.Second, "nft", "add", "element", "bridge", labnet.TableName, "guarded_ports", "{ "+port+" }")
+			return err
+		}
+		defer func() {
+			if err := reguard(); err != nil {
+				t.Error(err)
+			}
+		}()
+		for _, x := range targets {
+			var svc corev1.Service
+			if err := L.get(labNS, x.gateway+"-erp", &svc); err != nil {
+				t.Fatal(err)
+			}
+			dst := fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, servicePort(t, &svc, corev1.ProtocolUDP).Port)
+			udpReceived(t, sinks[x.gateway], pods[stranger], "unchecked-"+randomHex(3), dst, ips[labNS])
+			t.Logf("%s: unchecked, %s/client's datagram as %s reached %s's site", x.gateway, stranger, ips[labNS], x.site)
+		}
+	})
+}
+
+// spoofAs gives a pod a second address, another pod's: the hostile pod of the reverse exposure
+// steps (the node's root, through nsenter, stands for a pod with NET_ADMIN). Its ARP keeps to its
+// own address (arp_announce, arp_ignore), so only the datagrams it forges carry the other. The
+// address is taken back when the test ends.
+func spoofAs(t *testing.T, pod *corev1.Pod, addr string) {
+	t.Helper()
+	if _, err := L.inPodNetns(pod, "c", "sh", "-c",
+		"echo 2 >/proc/sys/net/ipv4/conf/eth0/arp_announce && echo 2 >/proc/sys/net/ipv4/conf/eth0/arp_ignore && ip addr replace "+addr+"/32 dev eth0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := L.inPodNetns(pod, "c", "ip", "addr", "del", addr+"/32", "dev", "eth0"); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// udpSink receives UDP datagrams on a site's LAN host, port 2223, appending them to a file whose
+// path it returns; stopped when the test ends.
+func udpSink(t *testing.T, site string, index int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "udp-"+site)
+	cmd := exec.Command("ip", "netns", "exec", "lab-site-"+site, "socat", "-u",
+		fmt.Sprintf("UDP-RECV:2223,bind=%s,reuseaddr", siteHost(index)), "OPEN:"+path+",creat,append")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("UDP sink in lab-site-%s: %v", site, err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return path
+}
+
+// sendUDP sends one datagram "<msg>\n" from a pod's network to dst (address:port), from the
+// address bind when it is set.
+func sendUDP(pod *corev1.Pod, msg, dst, bind string) error {
+	to := "UDP-SENDTO:" + dst
+	if bind != "" {
+		to += ",bind=" + bind
+	}
+	_, err := L.inPodNetns(pod, "c", "sh", "-c", "echo "+msg+" | socat -u - "+to)
+	return err
+}
+
+// udpReceived sends msg from a pod to dst until the sink has it (a datagram may be lost while a
+// path is set up) and returns everything the sink holds then.
+func udpReceived(t *testing.T, sink string, pod *corev1.Pod, msg, dst, bind string) string {
+	t.Helper()
+	var got string
+	err := eventually(60*time.Second, func() error {
+		if err := sendUDP(pod, msg, dst, bind); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(sink)
+		if got = string(b); err != nil || !strings.Contains(got, msg) {
+			return fmt.Errorf("%s from %s/%s to %s not at the site (it holds %q, %v)", msg, pod.Namespace, pod.Name, dst, got, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func servicePort(t *testing.T, svc *corev1.Service, proto corev1.Protocol) corev1.ServicePort {
+	t.Helper()
+	for _, p := range svc.Spec.Ports {
+		if p.Protocol == proto {
+			return p
+		}
+	}
+	t.Fatalf("Service %s has no %s port: %+v", svc.Name, proto, svc.Spec.Ports)
+	return corev1.ServicePort{}
+}
+
+// guardSpoofed is the frames the lab's pod source guard dropped so far.
+func guardSpoofed(t *testing.T) uint64 {
+	t.Helper()
+	c, cancel := ctx(10 * time.Second)
+	defer cancel()
+	n, err := labnet.Guard{}.Spoofed(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// guardPort is the bridge port the pod source guard admits addr on: the pod's host veth.
+func guardPort(t *testing.T, addr string) string {
+	t.Helper()
+	c, cancel := ctx(10 * time.Second)
+	defer cancel()
+	srcs, err := labnet.Guard{}.Sources(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range srcs {
+		if s.Addr.String() == addr {
+			return s.Port
+		}
+	}
+	t.Fatalf("the pod source guard admits %s on no port: %+v", addr, srcs)
+	return ""
 }
