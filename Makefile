@@ -45,8 +45,9 @@ images-reproducible: ## build the images twice (the second time uncached) and fa
 	@hack/images-reproducible.sh
 
 .PHONY: lint
+# go vet -race: the packages compiled as go test -race compiles them, so make test compiles them once
 lint: ## go vet and gofmt
-	go vet ./...
+	go vet -race ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: test-binaries

@@ -2,9 +2,9 @@
 # `make test`: the whole suite, as CI runs it, in timed stages (hack/stage.sh). The tools and
 # binaries the tests need (Debian packages, the VM kit, the Kubernetes API server: most of a
 # cold run's waiting) are prepared in the background while the generated files and lint are
-# checked; every later stage waits for them. The rest of Kubernetes, for the lab cluster, is
-# built while the tests run. Missing tools fail the tests instead of skipping them
-# (BNERD_REQUIRE_TOOLS=1).
+# checked; every later stage waits for them. Lint's go vet compiles with -race, so the tests
+# reuse its compiled packages. What the lab cluster runs is built while the tests run. Missing
+# tools fail the tests instead of skipping them (BNERD_REQUIRE_TOOLS=1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin
@@ -29,20 +29,19 @@ wait "$prep" || { prc=$?; [ $rc != 0 ] || rc=$prc; }
 cat "$prep_log"
 if [ $rc != 0 ]; then summary; exit $rc; fi
 
-# The rest of Kubernetes (the lab's controller-manager, scheduler, kubelet, kube-proxy and
-# kubectl; prepare built the API server alone) is built while the tests run, which wait on
-# timers and packets more than on the CPU: only e2e-cluster needs it.
-kube_log=$bin/build-kube.log
-hack/stage.sh build-kube hack/lab/build-kube.sh >"$kube_log" 2>&1 &
-kube=$!
-kube_built() { wait "$kube" || { cat "$kube_log"; return 1; }; }
+# What the lab runs (the rest of Kubernetes: prepare built the API server alone; kube-router, the
+# images, ...: hack/lab/build.sh), then the images' reproducibility check, are built while the
+# tests run, which wait on timers and packets more than on the CPU: only e2e-cluster needs them.
+lab_log=$bin/build-lab.log
+(hack/stage.sh build-lab hack/lab/build.sh && hack/stage.sh images-reproducible "${make[@]}" images-reproducible) >"$lab_log" 2>&1 &
+lab=$!
+lab_built() { wait "$lab"; local r=$?; cat "$lab_log"; return $r; }
 
 export BNERD_REQUIRE_TOOLS=1
 hack/stage.sh go-test env KUBEBUILDER_ASSETS="$(hack/test-binaries.sh)" go test -race -count=1 -timeout 30m ./... &&
   hack/stage.sh test-vm "${make[@]}" test-vm &&
-  hack/stage.sh images-reproducible "${make[@]}" images-reproducible &&
-  kube_built &&
+  lab_built &&
   hack/stage.sh e2e-cluster "${make[@]}" e2e-cluster || rc=$?
-wait "$kube" 2>/dev/null
+wait "$lab" 2>/dev/null
 summary
 exit $rc

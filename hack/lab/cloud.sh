@@ -7,7 +7,7 @@ cloud_cni_bin() {
   [ -x /usr/lib/cni/macvlan ] || { log "needs Debian's containernetworking-plugins in /usr/lib/cni (hack/install-test-deps.sh)"; return 1; }
   mkdir -p "$CNI_BIN" "$CLOUD_DIR"
   for p in /usr/lib/cni/*; do ln -sf "$p" "$CNI_BIN/"; done
-  (cd "$root" && go build -o "$CNI_BIN/lab-cloud" ./cmd/lab-cloud)
+  ln -sf "$root/bin/lab/lab-cloud" "$CNI_BIN/"   # built by hack/lab/build.sh
 }
 # cloud_up: the router namespace, its links, the routes, and lab-cloud serving (a background
 # process of the lab, stopped by cluster-down.sh). Writes $CLOUD_DIR/networks.json (the networks'

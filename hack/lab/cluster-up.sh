@@ -12,18 +12,8 @@ t0=$(date +%s.%N)
 # --- packages: the lab group of hack/install-test-deps.sh's table ---------------------------------
 "$root/hack/install-test-deps.sh" lab
 
-# --- binaries -----------------------------------------------------------------------------------
-# kube-router (the NetworkPolicy enforcer): built in the background while the rest comes up (cold
-# ~80 s, then cached in bin/tools); waited for just before it starts
-kr_log=$(mktemp)
-trap 'rm -f "$kr_log"' EXIT
-"$root/hack/lab/kube-router.sh" >"$kr_log" 2>&1 &
-kr_build=$!
-"$root/hack/lab/build-kube.sh" >/dev/null
-# the WireGuard client site's daemon (the version the gateway agent embeds, from go.mod)
-(cd "$root" && go build -o bin/lab/wireguard-go golang.zx2c4.com/wireguard)
-# kubectl vpn: the lab configures its client sites from its peer-config
-(cd "$root" && go build -o bin/kubectl-vpn ./cmd/kubectl-vpn)
+# --- binaries: Kubernetes, kube-router, the images, ... (hack/lab/build.sh; cached) ------------
+KR=$("$root/hack/lab/build.sh")
 
 if [ -f "$S/pids" ] && grep -q . "$S/pids"; then log "a lab is already up (state in $S); run hack/lab/cluster-down.sh first"; exit 1; fi
 mkdir -p "$S"/{pki,etcd,logs,containerd,cni/net.d,cni/ipam,kubelet,kubelet-certs,kubelet-plugins,manifests}
@@ -32,7 +22,7 @@ ip netns list 2>/dev/null | awk '{print $1}' >"$S/netns-before"
 cloud_cni_bin   # containerd's CNI bin dir, lab-cloud in it (hack/lab/cloud.sh)
 # the pod source guard (internal/labnet): a pod sends only from its own addresses, as production
 # CNIs enforce and the bridge plugin does not; its table now, its CNI plugin in the conflist
-(cd "$root" && go build -o "$CNI_BIN/lab-sourceguard" ./cmd/lab-sourceguard)
+ln -sf "$root/bin/lab/lab-sourceguard" "$CNI_BIN/"
 nft list tables >"$S/nft-tables-before"   # kubelet adds iptables-nft tables (KUBE-* chains)
 ip rule list | grep -q 'lookup 220' && echo 220 >"$S/rule220-before"   # strongSwan's routing table
 
@@ -271,8 +261,6 @@ metadata: {name: "bnerd-lab:kube-router"}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "bnerd-lab:kube-router"}
 subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "bnerd-lab:kube-router"}]
 YAML
-if ! wait "$kr_build"; then cat "$kr_log" >&2; log "building kube-router failed"; exit 1; fi
-KR=$(tail -1 "$kr_log")
 wait_for "node $NODE registered" 60 kubectl get node "$NODE"   # kube-router reads its Node at start
 start kube-router "$KR" --kubeconfig "$pki/kube-router.kubeconfig" --hostname-override "$NODE" \
   --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds everything the lab runs, each cached so a second run builds nothing: Kubernetes
+# (build-kube.sh, bin/k8s), kube-router (kube-router.sh, bin/tools; built beside Kubernetes),
+# the site's wireguard-go and the lab's CNI plugins lab-cloud and lab-sourceguard (bin/lab),
+# kubectl-vpn (bin/), the images (build-images.sh, bin/images) and the cluster e2e's test
+# binary (into the Go build cache only). cluster-up.sh runs it first; make test runs it while the
+# tests run, so the cluster e2e starts with everything built. Prints kube-router's path last.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+kr_log=$(mktemp)
+trap 'rm -f "$kr_log"' EXIT
+"$root/hack/lab/kube-router.sh" >"$kr_log" 2>&1 &
+kr_build=$!
+
+"$root/hack/lab/build-kube.sh" >/dev/null
+mkdir -p "$root/bin/lab"
+cd "$root"
+# the WireGuard client site's daemon: the version the gateway agent embeds (go.mod)
+go build -o bin/lab/wireguard-go golang.zx2c4.com/wireguard
+go build -o bin/lab/lab-cloud ./cmd/lab-cloud
+go build -o bin/lab/lab-sourceguard ./cmd/lab-sourceguard
+# kubectl vpn: the lab configures its client sites from its peer-config
+go build -o bin/kubectl-vpn ./cmd/kubectl-vpn
+"$root/hack/lab/build-images.sh" >/dev/null
+go test -c -o /dev/null ./test/cluster
+
+if ! wait "$kr_build"; then cat "$kr_log" >&2; log "building kube-router failed"; exit 1; fi
+tail -1 "$kr_log"
