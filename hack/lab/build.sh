@@ -16,14 +16,18 @@ kr_build=$!
 "$root/hack/lab/build-kube.sh" >/dev/null
 mkdir -p "$root/bin/lab"
 cd "$root"
-# the WireGuard client site's daemon: the version the gateway agent embeds (go.mod)
-go build -o bin/lab/wireguard-go golang.zx2c4.com/wireguard
-go build -o bin/lab/lab-cloud ./cmd/lab-cloud
-go build -o bin/lab/lab-sourceguard ./cmd/lab-sourceguard
-# kubectl vpn: the lab configures its client sites from its peer-config
-go build -o bin/kubectl-vpn ./cmd/kubectl-vpn
+# Static and -trimpath, as the images' binaries are built (build-images.sh): the packages they
+# share are compiled once.
+static() { CGO_ENABLED=0 go "$1" -trimpath "${@:2}"; }
 "$root/hack/lab/build-images.sh" >/dev/null
-go test -c -o /dev/null ./test/cluster
+# the WireGuard client site's daemon: the version the gateway agent embeds (go.mod)
+static build -o bin/lab/wireguard-go golang.zx2c4.com/wireguard
+static build -o bin/lab/lab-cloud ./cmd/lab-cloud
+static build -o bin/lab/lab-sourceguard ./cmd/lab-sourceguard
+# kubectl vpn: the lab configures its client sites from its peer-config
+static build -o bin/kubectl-vpn ./cmd/kubectl-vpn
+# the cluster e2e's test binary, built as make e2e-cluster builds it: into the Go build cache
+static test -c -o /dev/null ./test/cluster
 
 if ! wait "$kr_build"; then cat "$kr_log" >&2; log "building kube-router failed"; exit 1; fi
 tail -1 "$kr_log"

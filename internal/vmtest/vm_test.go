@@ -27,13 +27,13 @@ import (
 func TestVM(t *testing.T) {
 	vmtest.Skip(t)
 	// The gateway agent the kernel-mode scenarios run, built here for the guest (which runs
-	// the host's binaries from the host's root).
+	// the host's binaries from the host's root), static and -trimpath as the image's agent is.
 	root, err := vmtest.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	agent := filepath.Join(t.TempDir(), "gateway-agent")
-	build := exec.Command("go", "build", "-o", agent, "./cmd/gateway-agent")
+	build := exec.Command("go", "build", "-trimpath", "-o", agent, "./cmd/gateway-agent")
 	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the agent: %v\n%s", err, out)

@@ -290,10 +290,11 @@ func run(t testing.TB, kit *Kit, pkg string, opts Options) (Result, error) {
 		return res, err
 	}
 
-	// The test binary, built on the host; the guest runs it from the 9p root.
+	// The test binary, built on the host; the guest runs it from the 9p root. Static and
+	// -trimpath, as the images' binaries are built: the packages they share are compiled once.
 	start := time.Now()
 	bin := filepath.Join(dir, "vm.test")
-	build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, pkg)
+	build := exec.CommandContext(ctx, "go", "test", "-c", "-trimpath", "-o", bin, pkg)
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
