@@ -165,12 +165,15 @@ type fixture struct {
 	ikeRekey time.Duration
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureWith(t, charontest.Config{}) }
+
+// newFixtureWith is newFixture with the gateway's charon configured by gwConf.
+func newFixtureWith(t *testing.T, gwConf charontest.Config) *fixture {
 	charontest.Skip(t)
 	f := &fixture{t: t, run: charontest.NewRun(t), secrets: &secrets{data: map[model.SecretKeyRef][]byte{}}, sites: map[string]*site{}, ikeRekey: 4 * time.Hour}
 	f.gwNS = f.run.Netns("gw")
 	f.gwNS.AddLoopback(gwService + "/32")
-	f.gw = charontest.Start(t, f.gwNS, "gw", charontest.Config{})
+	f.gw = charontest.Start(t, f.gwNS, "gw", gwConf)
 	log := funcr.New(func(prefix, args string) { f.say(prefix + " " + args) }, funcr.Options{Verbosity: 5})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
