@@ -750,7 +750,7 @@ var labRuns = map[string]struct{ file, runs string }{
 	"bin/kubectl-vpn peer-config hq -n lab-acme --format strongswan --include-secrets":                           {"hack/lab/common.sh", `"$root/bin/kubectl-vpn" peer-config "$1" -n "$LAB_NS" --format "$2" --include-secrets`},
 	`VIP=$(kubectl -n lab-acme get vpngw acme-gw -o jsonpath='{.status.exposures[?(@.name=="web")].virtualIP}')`: {"hack/lab/lab.sh", `VIP_WEB=$(kubectl -n $NS get vpngw acme-gw -o jsonpath='{.status.exposures[?(@.name=="web")].virtualIP}')`},
 	"ip netns exec lab-site-hq curl -sS --interface 203.0.113.17 http://$VIP:8080/":                              {"hack/lab/lab.sh", `ip netns exec "lab-site-$1" curl -sS --max-time "${3:-2}" --interface "$(site_host "$2")" "$4"`},
-	"go build -o bin/kubectl-vpn ./cmd/kubectl-vpn":                                                              {"hack/lab/cluster-up.sh", `go build -o bin/kubectl-vpn ./cmd/kubectl-vpn`},
+	"go build -o bin/kubectl-vpn ./cmd/kubectl-vpn":                                                              {"hack/lab/build.sh", `static build -o bin/kubectl-vpn ./cmd/kubectl-vpn`},
 }
 
 // commandLines are the commands of a page's sh blocks: continuation lines joined, comment
