@@ -5,6 +5,11 @@ set -euo pipefail
 HELM_VERSION=v3.22.0
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="$root/bin/tools/helm-$HELM_VERSION"
+# One build at a time: the tests that need helm run in parallel, and each waits for the first
+# one's build instead of compiling helm again.
+mkdir -p "$root/bin/tools"
+exec 9>"$root/bin/tools/.helm.lock"
+flock 9
 if [ ! -x "$dir/helm" ]; then
   echo "helm.sh: building helm $HELM_VERSION from the Go module proxy (once)" >&2
   tmp=$(mktemp -d)

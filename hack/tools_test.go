@@ -932,6 +932,9 @@ func (s *scanner) scanGo() error {
 			packages.NeedTypes | packages.NeedTypesInfo,
 		Dir:   s.root,
 		Tests: true,
+		// the dependencies' export data as go test -race compiles them: make test has them
+		// in the build cache already, where any other configuration would compile them all
+		BuildFlags: []string{"-race"},
 	}
 	pkgs, err := packages.Load(cfg, "./...")
 	if err != nil {

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Builds everything the lab runs, each cached so a second run builds nothing: Kubernetes
-# (build-kube.sh, bin/k8s), kube-router (kube-router.sh, bin/tools; built beside Kubernetes),
-# the site's wireguard-go and the lab's CNI plugins lab-cloud and lab-sourceguard (bin/lab),
-# kubectl-vpn (bin/), the images (build-images.sh, bin/images) and the cluster e2e's test
-# binary (into the Go build cache only). cluster-up.sh runs it first; make test runs it while the
+# (build-kube.sh, bin/k8s), kube-router and helm (kube-router.sh, helm.sh, bin/tools; built
+# beside Kubernetes), the site's wireguard-go and the lab's CNI plugins lab-cloud and
+# lab-sourceguard (bin/lab), kubectl-vpn (bin/), the images (build-images.sh, bin/images) and
+# the cluster e2e's test binary (into the Go build cache only). cluster-up.sh runs it first; make test runs it while the
 # tests run, so the cluster e2e starts with everything built. Prints kube-router's path last.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 kr_log=$(mktemp)
-trap 'rm -f "$kr_log"' EXIT
+helm_log=$(mktemp)
+trap 'rm -f "$kr_log" "$helm_log"' EXIT
 "$root/hack/lab/kube-router.sh" >"$kr_log" 2>&1 &
 kr_build=$!
+# helm (hack/helm.sh) installs the operator into the lab; the chart's tests wait for this build
+"$root/hack/helm.sh" >"$helm_log" 2>&1 &
+helm_build=$!
 
 "$root/hack/lab/build-kube.sh" >/dev/null
 mkdir -p "$root/bin/lab"
@@ -29,5 +33,6 @@ static build -o bin/kubectl-vpn ./cmd/kubectl-vpn
 # the cluster e2e's test binary, built as make e2e-cluster builds it: into the Go build cache
 static test -c -o /dev/null ./test/cluster
 
+if ! wait "$helm_build"; then cat "$helm_log" >&2; log "building helm failed"; exit 1; fi
 if ! wait "$kr_build"; then cat "$kr_log" >&2; log "building kube-router failed"; exit 1; fi
 tail -1 "$kr_log"
