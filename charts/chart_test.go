@@ -25,7 +25,8 @@ import (
 
 const namespace = "bnerd-vpn-system"
 
-// kubeVersion is what helm renders and lints for (the chart needs ≥ 1.30; helm's default is 1.20).
+// kubeVersion is what helm renders and lints for (the chart needs ≥ 1.31, whose API server
+// stores CRDs with CEL's IP and CIDR functions; helm's default is 1.20).
 const kubeVersion = "1.37.2"
 
 var chart = filepath.Join(testenv.RepoRoot(), "charts", "bnerd-vpn-operator")

@@ -54,7 +54,7 @@ type page struct {
 	text string
 }
 
-// pages are the markdown files under docs/.
+// pages are the markdown files under docs/ and the README (rel "../README.md").
 func pages(t *testing.T) []page {
 	t.Helper()
 	var out []page
@@ -76,7 +76,12 @@ func pages(t *testing.T) []page {
 	if len(out) < 5 {
 		t.Fatalf("only %d pages under docs/", len(out))
 	}
-	return out
+	readme := filepath.Join(repoRoot(), "README.md")
+	b, err := os.ReadFile(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(out, page{path: readme, rel: filepath.Join("..", "README.md"), text: string(b)})
 }
 
 func pageNamed(t *testing.T, rel string) page {
@@ -538,9 +543,9 @@ func anchors(text string) map[string]bool {
 	return out
 }
 
-// TestLinksResolve: every relative link in docs/ names a file of the repository that exists,
-// and every anchor one of its headings (or ids). Links that leave the repository (to
-// ../shared/, beside it) are not checked.
+// TestLinksResolve: every relative link in the pages names a file of the repository that
+// exists, and every anchor one of its headings (or ids). A relative link that leaves the
+// repository is an error: a clone has nothing beside it.
 func TestLinksResolve(t *testing.T) {
 	root := repoRoot()
 	checked := 0
@@ -556,6 +561,7 @@ func TestLinksResolve(t *testing.T) {
 				path = filepath.Join(filepath.Dir(p.path), file)
 			}
 			if rel, err := filepath.Rel(root, path); err != nil || strings.HasPrefix(rel, "..") {
+				t.Errorf("docs/%s: link %q leaves the repository", p.rel, target)
 				continue
 			}
 			checked++
@@ -920,4 +926,67 @@ func helmTemplate(t *testing.T, chartDir, where, values string) {
 	} else {
 		t.Logf("%s: helm template renders the chart with these values", where)
 	}
+}
+
+// --- words of the tracker ---
+
+// trackerWords are words that belong to how the project is worked on, not to the product: an
+// issue number, the tracker's commands, the first documents the product grew from, a path
+// outside the repository. Users of a clone see none of them.
+var trackerWords = regexp.MustCompile(`(?i:\bissues? #?\d+\b|\bissues show\b|\bseeds?\b)|\.\./shared\b|\bDESIGN\.md\b`)
+
+// codeTrackerWords: the same in code, where "seed" has other meanings (an allocator's seeds,
+// a fuzzer's).
+var codeTrackerWords = regexp.MustCompile(`(?i:\bissue #?\d+\b|\bissues show\b|\bseed 0\d\d\b|\bseeds')|\.\./shared\b|\bDESIGN\.md\b`)
+
+// TestNoTrackerWords: the pages, the CRDs (their descriptions ship in the cluster), the chart,
+// the scripts and the Go code (messages and comments) name no tracker issue, no document
+// outside the repository and no path beside it.
+func TestNoTrackerWords(t *testing.T) {
+	for _, p := range pages(t) {
+		for i, l := range strings.Split(p.text, "\n") {
+			if m := trackerWords.FindString(l); m != "" {
+				t.Errorf("docs/%s:%d: %q: a word of the tracker, not of the product", p.rel, i+1, m)
+			}
+		}
+	}
+	root := repoRoot()
+	checked := 0
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			switch rel {
+			case ".git", "bin", "docs":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		re := codeTrackerWords
+		switch {
+		case strings.HasSuffix(path, ".go"):
+		case strings.HasSuffix(path, ".yaml"), strings.HasSuffix(path, ".sh"), strings.HasSuffix(path, ".mk"),
+			strings.HasSuffix(path, ".tpl"), strings.HasSuffix(path, ".json"), filepath.Base(path) == "Makefile":
+			re = trackerWords
+		default:
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		checked++
+		for i, l := range strings.Split(string(b), "\n") {
+			if m := re.FindString(l); m != "" {
+				t.Errorf("%s:%d: %q: a word of the tracker, not of the product", rel, i+1, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d files checked", checked)
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // TestLinksNoOperatorCode: the agent is the internet-facing binary; it links neither the
-// reconcilers nor the cloud clients nor controller-runtime's manager (DESIGN.md: each binary
+// reconcilers nor the cloud clients nor controller-runtime's manager (docs/design.md: each binary
 // links only what it runs).
 func TestLinksNoOperatorCode(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()

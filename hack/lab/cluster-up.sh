@@ -3,7 +3,7 @@
 # kube-scheduler, containerd, kubelet, kube-proxy; v1.37.x built from the Go module proxy; and
 # kube-router's firewall as the NetworkPolicy enforcer) with
 # everything it creates under $LAB_STATE (default /var/lib/bnerd-lab), removable with
-# hack/lab/cluster-down.sh. Needs root. Facts and traps: ../shared/notes/local-cluster.md.
+# hack/lab/cluster-down.sh. Needs root. How it is built: docs/lab.md.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 [ "$(id -u)" = 0 ] || { log "needs root"; exit 1; }

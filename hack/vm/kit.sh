@@ -9,7 +9,7 @@
 # A warm run does nothing but look the kernel version up. Installs the vm group of
 # hack/install-test-deps.sh's table when missing (qemu-system-x86, busybox-static, kmod and the
 # tools the guest runs, which uses the host's root read-only; needs root then). See
-# ../shared/notes/kvm-kernel-dataplane.md for the recipe and its pitfalls.
+# docs/development.md ("The kernel dataplane in a VM") for what the VM runs.
 # --check: print the kit's directory if it is built and the vm group is installed, else say why
 # on stderr and exit 1 (builds and installs nothing; the tests use it to skip).
 # VM_KERNEL_PACKAGE=linux-image-6.1.0-57-amd64 pins the kernel package (default: what

@@ -19,7 +19,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 )
 
-// The five authorization outcomes of DESIGN.md, on the real API server, including the flip to
+// The five authorization outcomes of docs/design.md, on the real API server, including the flip to
 // default-deny when a second peer appears and back when it goes.
 func TestAuthorizationOutcomesAndTransitions(t *testing.T) {
 	startOperator(t, operatorConfig(), nil)
@@ -35,7 +35,7 @@ func TestAuthorizationOutcomesAndTransitions(t *testing.T) {
 		t.Errorf("Authorized.observedGeneration = %d, want %d", c.ObservedGeneration, a.Generation)
 	}
 
-	// A second peer without a block: both dark, with DESIGN.md's exact message.
+	// A second peer without a block: both dark, with docs/design.md's exact message.
 	b := ipsecPeer(ns, "b", "gw", []string{"10.30.0.0/16"}, nil)
 	create(t, pskSecret(ns, "b"), b)
 	for _, p := range []*vpnv1.VPNPeer{a, b} {

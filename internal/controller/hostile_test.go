@@ -189,7 +189,7 @@ const (
 	msgPeerOne   = "exactly one of ipsec or wireguard must be set"
 	msgSubnets   = "remoteSubnets must be IPv4 network addresses in CIDR notation"
 	msgPorts     = "ports must be port numbers (443) or strings"
-	// msgUnsafeSubnets and msgUnicastTarget: DESIGN.md "Nothing reaches what the cluster did not offer".
+	// msgUnsafeSubnets and msgUnicastTarget: docs/design.md "Nothing reaches what the cluster did not offer".
 	msgUnsafeSubnets = "remoteSubnets must not cover 0.0.0.0/8, loopback (127.0.0.0/8), link-local (169.254.0.0/16), multicast (224.0.0.0/4) or reserved (240.0.0.0/4) addresses"
 	msgUnicastTarget = "address must be a unicast address: not loopback, link-local (e.g. cloud metadata 169.254.169.254), multicast, unspecified or broadcast"
 	msgWGSubnets     = "subnets must be IPv4 network addresses in CIDR notation"
@@ -425,7 +425,7 @@ func hostileRejections() []hostileRejection {
 		{name: "peer/wireguard-endpoint-port-0", obj: wgPeerWith(func(p *vpnv1.VPNPeer) { p.Spec.WireGuard.Endpoint = "198.51.100.7:0" }),
 			field: "spec.wireguard.endpoint", msg: "endpoint port must be between 1 and 65535"},
 
-		// --- unsafe ranges and identities (DESIGN.md "Security model")
+		// --- unsafe ranges and identities (docs/design.md "Security model")
 		{name: "peer/remote-subnet-default-route", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"0.0.0.0/0"} }),
 			field: "spec.ipsec.remoteSubnets", msg: "remoteSubnets must not be or contain 0.0.0.0/0"},
 		{name: "peer/remote-subnet-half-the-internet", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.RemoteSubnets = []string{"10.20.0.0/16", "0.0.0.0/1"} }),

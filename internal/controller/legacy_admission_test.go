@@ -14,7 +14,7 @@ import (
 )
 
 // The legacy ipsec.bnerd.net objects go through the same admission rules as the unified ones
-// (DESIGN.md: the security model's rules apply to legacy tunnels too), on the real API server.
+// (docs/design.md: the security model's rules apply to legacy tunnels too), on the real API server.
 func TestLegacyAdmission(t *testing.T) {
 	ns := namespace(t)
 	base := func() *ipsecv1.IPsecGateway {

@@ -1,6 +1,6 @@
 // Package legacy translates the frozen ipsec.bnerd.net API into the unified one, so an
 // IPsecGateway goes through the same model, validator, renderers and agent as a VPNGateway
-// (DESIGN.md "APIs"). Pure: no I/O.
+// (docs/design.md "API"). Pure: no I/O.
 package legacy
 
 import (

@@ -71,7 +71,7 @@ type verdict struct {
 	tunnel, withheld []netip.Prefix
 }
 
-// authorize implements Authorize; see its doc comment and DESIGN.md "Authorization semantics"
+// authorize implements Authorize; see its doc comment and docs/design.md "Authorization"
 // and "Security model".
 //
 // The decision is taken in these steps, in this order:

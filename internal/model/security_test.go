@@ -11,7 +11,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 )
 
-// The rules of DESIGN.md "Security model" that the model decides: one source one tunnel, a PSK
+// The rules of docs/design.md "Security model" that the model decides: one source one tunnel, a PSK
 // proves one identity, nothing reaches what the cluster did not offer.
 
 func withID(id string) peerOpt {
@@ -401,7 +401,7 @@ func TestBuildTargetRefusals(t *testing.T) {
 		{"inside the admin's allowed ranges", func(in *Input) {
 			in.Config.AllowedTargetCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("100.70.0.0/16")}
 		}, nil},
-		{"the seeds' example target 100.64.7.10 with the defaults", func(in *Input) {
+		{"the published example's target 100.64.7.10 with the defaults", func(in *Input) {
 			in.Gateway.Spec.Exposures[0].Target.Address = "100.64.7.10"
 			in.OtherServiceCIDRs = []GatewayCIDR{{Gateway: "t/other", CIDR: netip.MustParsePrefix("100.64.4.0/24")}}
 		}, nil},

@@ -320,7 +320,7 @@ const (
 	ReasonInvalidIdentity = "InvalidIdentity"
 )
 
-// The exact messages of DESIGN.md for the NoGrants outcomes.
+// The exact messages of docs/design.md for the NoGrants outcomes.
 const (
 	MessageNoBlockMultiPeer = "multi-peer gateway (default-deny) and this peer has no authorization block"
 	MessageEmptyBlock       = "authorization block is present but grants nothing"

@@ -17,7 +17,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
 )
 
-// TestRenderedTunnelsPairwiseDisjoint is DESIGN.md's "one source, one tunnel" as a property of
+// TestRenderedTunnelsPairwiseDisjoint is docs/design.md's "one source, one tunnel" as a property of
 // what reaches the daemons: over random peer sets — random ages, overlapping subnets, with and
 // without authorization blocks, shared identities — the rendered IPsec remote_ts and WireGuard
 // allowed IPs of any two peers never overlap, and no two IPsec keys share an owner.

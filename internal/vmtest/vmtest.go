@@ -14,7 +14,7 @@
 //
 // One VM at a time per machine (a lock file); every run removes its temp dir, and qemu dies
 // with the test process (Pdeathsig), also when the test is killed.
-// Recipe and pitfalls: ../shared/notes/kvm-kernel-dataplane.md.
+// What it runs: docs/development.md, "The kernel dataplane in a VM".
 package vmtest
 
 import (

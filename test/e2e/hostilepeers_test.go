@@ -18,7 +18,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
 
-// Hostile peers (DESIGN.md "Security model"), with real daemons and real packets.
+// Hostile peers (docs/design.md "Security model"), with real daemons and real packets.
 
 // overlapSubnet lies inside the first lab site's subnet (203.0.113.0/28): the LAN range a
 // second client reuses, or an intruder claims.

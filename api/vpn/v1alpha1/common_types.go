@@ -66,7 +66,7 @@ type PortSpec struct {
 // portPattern is the string form of a port: "port[:targetPort][/tcp|/udp]".
 var portPattern = regexp.MustCompile(`^([0-9]{1,5})(?::([0-9]{1,5}))?(?:/(tcp|udp|TCP|UDP))?$`)
 
-// ParsePort reads one entry of a ports list as seed 001 writes it: 443 (TCP), "514/udp",
+// ParsePort reads one entry of a ports list as users write it: 443 (TCP), "514/udp",
 // "8443:443" (port : target port), "8443:443/tcp".
 func ParsePort(v intstr.IntOrString) (PortSpec, error) {
 	if v.Type == intstr.Int {

@@ -149,7 +149,7 @@ type ExposureTarget struct {
 	// Service in the gateway's namespace; the operator resolves its ClusterIP.
 	// +optional
 	Service *ServiceRef `json:"service,omitempty"`
-	// Ports exposed, as in seed 001: 443 (TCP), "514/udp", "8443:443" (port : target port),
+	// Ports exposed: 443 (TCP), "514/udp", "8443:443" (port : target port),
 	// "8443:443/tcp". Unique per protocol: a duplicate is ConfigValid=False naming it (a CEL rule
 	// comparing every pair of int-or-string entries exceeds the API server's cost budget).
 	// +kubebuilder:validation:MinItems=1
@@ -191,7 +191,7 @@ type ReverseExposureTarget struct {
 	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="address must be an IPv4 address"
 	// +kubebuilder:validation:XValidation:rule="!isIP(self) || ip(self).family() != 4 || ip(self).isGlobalUnicast()",message="address must be a unicast address: not loopback, link-local (e.g. cloud metadata 169.254.169.254), multicast, unspecified or broadcast"
 	Address string `json:"address"`
-	// Ports exposed, as in seed 001: 443 (TCP), "514/udp", "8443:443" (port : target port),
+	// Ports exposed: 443 (TCP), "514/udp", "8443:443" (port : target port),
 	// "8443:443/tcp". Unique per protocol: a duplicate is ConfigValid=False naming it (a CEL rule
 	// comparing every pair of int-or-string entries exceeds the API server's cost budget).
 	// +kubebuilder:validation:MinItems=1

@@ -13,7 +13,7 @@ The custom resources of bnerd-vpn-operator, generated from the Go types in `api/
 comments and kubebuilder markers). **Validation** lists the OpenAPI constraints and, as
 *Rule*, the messages of the CEL rules the API server enforces; the rules themselves are in
 `config/crd/bases/`. Everything the API server cannot judge becomes a condition on the object:
-see [What an engineer sees](../../README.md#what-an-engineer-sees).
+see [the gateway's conditions](../operations.md#the-gateways-conditions).
 
 ## API groups
 {{- range $groupVersions }}{{ if hasPrefix "vpn." .GroupVersionString }}

@@ -368,7 +368,7 @@ func checkLoaded(t testing.TB, g *model.Gateway, kernelESP bool, listJSON string
 	}
 
 	// Peer subnets: the maps cover exactly the peers' subnets, each block belonging to the peer
-	// DESIGN.md gives it (an authorized one first, then the most specific subnet, then the first
+	// the renderer gives it (an authorized one first, then the most specific subnet, then the first
 	// by name), its class granting exactly that peer's ports.
 	var keys []span
 	for _, e := range l.elems[SetPeer] {
@@ -439,7 +439,7 @@ func checkLoaded(t testing.TB, g *model.Gateway, kernelESP bool, listJSON string
 	}
 }
 
-// ownerOf is the peer an address block belongs to as DESIGN.md resolves overlaps: of the peers
+// ownerOf is the peer an address block belongs to as the renderer resolves overlaps: of the peers
 // with a subnet holding it, an authorized one, then the one with the most specific such subnet,
 // then the first by name; nil when no peer has it.
 func ownerOf(g *model.Gateway, s span) *model.Peer {

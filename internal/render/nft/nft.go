@@ -1,5 +1,5 @@
 // Package nft renders a gateway's nftables ruleset: the NAT of forward and reverse exposures
-// and the per-peer authorization of DESIGN.md, as text for one `nft -f` call.
+// and the per-peer authorization of docs/design.md, as text for one `nft -f` call.
 //
 // The ruleset is one table, ip bnerd_vpn, that the text declares, deletes and re-creates, so a
 // single `nft -f` replaces the whole of it in one transaction (fail-closed: either the new
