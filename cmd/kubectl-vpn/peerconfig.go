@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,6 +13,7 @@ import (
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/deviceconfig"
+	"github.com/bnerd/bnerd-vpn-operator/internal/secretfile"
 )
 
 func newPeerConfigCommand(o *options) *cobra.Command {
@@ -53,8 +53,8 @@ Formats:
 				_, err = fmt.Fprint(o.streams.Out, text)
 				return err
 			}
-			// 0600: the file may hold the key
-			return os.WriteFile(outFile, []byte(text), 0o600)
+			// the file may hold the key: 0600, whatever was there before
+			return secretfile.Write(outFile, []byte(text))
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "", "device format: "+strings.Join(deviceconfig.FormatNames(), ", "))

@@ -38,6 +38,7 @@ import (
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
 	"github.com/bnerd/bnerd-vpn-operator/internal/labcloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/secretfile"
 )
 
 // Networks is the JSON line printed on stdout once the cloud serves.
@@ -107,7 +108,7 @@ func command() *cobra.Command {
 			if cloudsYAML != "" {
 				doc := fmt.Sprintf("clouds:\n  %s:\n    auth:\n      auth_url: %s\n      username: vpn-operator\n      password: '%s'\n      project_name: vpn\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: RegionOne\n    interface: public\n",
 					cloudName, c.AuthURL(), password)
-				if err := os.WriteFile(cloudsYAML, []byte(doc), 0o600); err != nil {
+				if err := secretfile.Write(cloudsYAML, []byte(doc)); err != nil {
 					return err
 				}
 			}
