@@ -72,7 +72,7 @@ vm-kit: ## build the VM tests' kit once (Debian's kernel and modules, initramfs;
 
 .PHONY: test-vm
 test-vm: test-deps vm-kit ## the tests that need a real kernel dataplane (XFRM, kernel WireGuard), in a qemu VM
-	BNERD_VMTEST=1 CGO_ENABLED=0 go test -trimpath -count=1 -v -timeout 15m ./internal/vmtest
+	BNERD_VMTEST=1 CGO_ENABLED=0 go test -trimpath -count=1 -v -timeout 15m ./internal/testing/vmtest
 
 # make lab, lab-down, e2e-cluster: a real single-node cluster (hack/lab/).
 include hack/lab/lab.mk

@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
-	"github.com/bnerd/bnerd-vpn-operator/internal/manifests"
-	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/manifests"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
 const namespace = "bnerd-vpn-system"

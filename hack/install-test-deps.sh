@@ -65,7 +65,7 @@ swanctl                                                   strongswan-swanctl    
 /usr/lib/ipsec/plugins/libstrongswan-openssl.so           libstrongswan-standard-plugins  tests,lab,vm  # and gcm
 /usr/lib/ipsec/plugins/libstrongswan-curve25519.so        libstrongswan-extra-plugins     tests,lab,vm
 /usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so   libcharon-extra-plugins         tests,lab     # userspace ESP
-/usr/lib/cni/macvlan                                      containernetworking-plugins     tests,lab     # internal/labcloud, lab-cloud's NADs
+/usr/lib/cni/macvlan                                      containernetworking-plugins     tests,lab     # internal/lab/labcloud, lab-cloud's NADs
 /usr/lib/cni/static                                       containernetworking-plugins     tests,lab
 /usr/lib/cni/host-device                                  containernetworking-plugins     tests
 /usr/lib/cni/loopback                                     containernetworking-plugins     tests

@@ -8,8 +8,8 @@ package hack
 // What counts as naming a program:
 //   - Go (type-checked with golang.org/x/tools/go/packages; callees resolved through
 //     types.Info, never by name): the program of exec.Command, exec.CommandContext and
-//     exec.LookPath; of internal/netns (Available and Skip's tools, (*NS).Run, MustRun, Start,
-//     Command, Exec, RunInput, Wrapper) and internal/agent/strongswan/charontest (Available,
+//     exec.LookPath; of internal/testing/netns (Available and Skip's tools, (*NS).Run, MustRun, Start,
+//     Command, Exec, RunInput, Wrapper) and internal/testing/charontest (Available,
 //     Skip, and the literals inside the arguments of their calls to netns.Available); and,
 //     one level up, of any function of the repository that passes a parameter (or a slice
 //     parameter's element 0, or its variadic args...) as the program of one of those, or a
@@ -35,7 +35,7 @@ package hack
 // constant (f.nft(), the path hack/promtool.sh prints, a local slice such as test/e2e's
 // gatewayAgent args), what the programs themselves run (containerd's runc, kube-proxy's
 // conntrack, libcni's plugins, charon's plugins), the VM's stage-2 script (written by
-// internal/vmtest at run time), and commands run inside pods (kubectl exec).
+// internal/testing/vmtest at run time), and commands run inside pods (kubectl exec).
 
 import (
 	"bufio"
@@ -249,7 +249,7 @@ func TestCheckReportsMissing(t *testing.T) {
 	uses := []use{
 		{Prog: "wg", At: "internal/agent/wireguard/wg_test.go:42"},
 		{Prog: "/usr/sbin/charon-systemd", At: "hack/lab/common.sh:72"},
-		{Prog: "ip", At: "internal/netns/netns.go:168"},
+		{Prog: "ip", At: "internal/testing/netns/netns.go:168"},
 		{Prog: "wg", At: "hack/lab/common.sh:145"},
 	}
 	if got := check(rows, uses); len(got) != 0 {
@@ -893,20 +893,20 @@ type progArg struct {
 }
 
 var goHarness = map[string]progArg{
-	"os/exec.Command":                                          {idx: 0},
-	"os/exec.CommandContext":                                   {idx: 1},
-	"os/exec.LookPath":                                         {idx: 0, lookup: true},
-	module + "/internal/netns.Available":                       {idx: 0, all: true},
-	module + "/internal/netns.Skip":                            {idx: 1, all: true},
-	module + "/internal/agent/strongswan/charontest.Available": {idx: 0, all: true},
-	module + "/internal/agent/strongswan/charontest.Skip":      {idx: 1, all: true},
-	"(*" + module + "/internal/netns.NS).Run":                  {idx: 0},
-	"(*" + module + "/internal/netns.NS).MustRun":              {idx: 0},
-	"(*" + module + "/internal/netns.NS).Start":                {idx: 0},
-	"(*" + module + "/internal/netns.NS).Command":              {idx: 1},
-	"(*" + module + "/internal/netns.NS).Exec":                 {idx: 1},
-	"(*" + module + "/internal/netns.NS).RunInput":             {idx: 1},
-	"(*" + module + "/internal/netns.NS).Wrapper":              {idx: 1, lookup: true},
+	"os/exec.Command":                                      {idx: 0},
+	"os/exec.CommandContext":                               {idx: 1},
+	"os/exec.LookPath":                                     {idx: 0, lookup: true},
+	module + "/internal/testing/netns.Available":           {idx: 0, all: true},
+	module + "/internal/testing/netns.Skip":                {idx: 1, all: true},
+	module + "/internal/testing/charontest.Available":      {idx: 0, all: true},
+	module + "/internal/testing/charontest.Skip":           {idx: 1, all: true},
+	"(*" + module + "/internal/testing/netns.NS).Run":      {idx: 0},
+	"(*" + module + "/internal/testing/netns.NS).MustRun":  {idx: 0},
+	"(*" + module + "/internal/testing/netns.NS).Start":    {idx: 0},
+	"(*" + module + "/internal/testing/netns.NS).Command":  {idx: 1},
+	"(*" + module + "/internal/testing/netns.NS).Exec":     {idx: 1},
+	"(*" + module + "/internal/testing/netns.NS).RunInput": {idx: 1},
+	"(*" + module + "/internal/testing/netns.NS).Wrapper":  {idx: 1, lookup: true},
 }
 
 // goWrapper is a function of the repository that runs its parameter param (or, elem0, its

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
-	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/golden"
 )
 
 // acmeCharon is charon's log in acme-gw's pod: hq's tunnel up, mismatch's device proposing

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
 // tsLines prefixes each line with the API server's timestamp (timestamps=true), one second

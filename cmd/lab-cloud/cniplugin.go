@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/labcloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/lab/labcloud"
 )
 
 // pluginConf is lab-cloud's configuration as a CNI plugin, chained after the cluster network

@@ -1,6 +1,6 @@
 // Command lab-cloud is the lab's OpenStack: it serves the in-repo Neutron/Keystone
-// (internal/cloud/openstack/neutronfake) over HTTP and plays the cloud's L3 agent, programming
-// a "cloud router" network namespace from Neutron's state (internal/labcloud). It is lab
+// (internal/testing/neutronfake) over HTTP and plays the cloud's L3 agent, programming
+// a "cloud router" network namespace from Neutron's state (internal/lab/labcloud). It is lab
 // tooling, built on its own: neither the operator nor the gateway agent links it.
 //
 // It creates a provider network (ports' fixed IPs; its gateway address goes on the router's
@@ -36,9 +36,9 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
-	"github.com/bnerd/bnerd-vpn-operator/internal/labcloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/lab/labcloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/secretfile"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
 )
 
 // Networks is the JSON line printed on stdout once the cloud serves.
@@ -216,7 +216,7 @@ func installNADCRDCommand() *cobra.Command {
 }
 
 // cniCommand is "lab-cloud cni-add|cni-del": Multus' dispatch of one NetworkAttachmentDefinition
-// config into a pod's namespace as net1 (internal/labcloud.Attacher).
+// config into a pod's namespace as net1 (internal/lab/labcloud.Attacher).
 func cniCommand(verb string) *cobra.Command {
 	var (
 		a                labcloud.Attacher

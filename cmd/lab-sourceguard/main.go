@@ -1,4 +1,4 @@
-// Command lab-sourceguard is the lab's pod source guard (internal/labnet): run by the container
+// Command lab-sourceguard is the lab's pod source guard (internal/lab/labnet): run by the container
 // runtime as a CNI plugin (CNI_COMMAND set), chained right after the bridge plugin, it admits a
 // new pod's veth with the pod's addresses and removes them when the sandbox goes; "install" and
 // "uninstall" create and delete its nftables table when the lab starts and stops. Lab tooling,
@@ -18,7 +18,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/spf13/cobra"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/labnet"
+	"github.com/bnerd/bnerd-vpn-operator/internal/lab/labnet"
 )
 
 // pluginConf is the plugin's entry in the runtime's conflist:

@@ -1,5 +1,5 @@
 // Command failed-tests reads `go test -v` output on stdin and prints the failed tests' own
-// lines (internal/testoutput). make e2e-cluster runs it when the suite fails: a CI log keeps
+// lines (internal/testing/testoutput). make e2e-cluster runs it when the suite fails: a CI log keeps
 // only its tail, and the suite's output is long.
 package main
 
@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/testoutput"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testoutput"
 )
 
 func main() {

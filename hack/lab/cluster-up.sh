@@ -20,7 +20,7 @@ mkdir -p "$S"/{pki,etcd,logs,containerd,cni/net.d,cni/ipam,kubelet,kubelet-certs
 : >"$S/pids"; : >"$S/created"
 ip netns list 2>/dev/null | awk '{print $1}' >"$S/netns-before"
 cloud_cni_bin   # containerd's CNI bin dir, lab-cloud in it (hack/lab/cloud.sh)
-# the pod source guard (internal/labnet): a pod sends only from its own addresses, as production
+# the pod source guard (internal/lab/labnet): a pod sends only from its own addresses, as production
 # CNIs enforce and the bridge plugin does not; its table now, its CNI plugin in the conflist
 ln -sf "$root/bin/lab/lab-sourceguard" "$CNI_BIN/"
 nft list tables >"$S/nft-tables-before"   # kubelet adds iptables-nft tables (KUBE-* chains)

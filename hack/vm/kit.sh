@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kit.sh [--check]: builds (once) the kit the VM tests boot (internal/vmtest) and prints its
+# kit.sh [--check]: builds (once) the kit the VM tests boot (internal/testing/vmtest) and prints its
 # directory, bin/vm/kit-<kernel package>_<version>-<hash of this script and init>/:
 #   vmlinux       Debian's stock kernel (generic linux-image-amd64, NOT installed on the host:
 #                 apt-get download + dpkg-deb -x), uncompressed so qemu boots its PVH entry
@@ -121,7 +121,7 @@ echo "$pkg $ver" > "$out/kernel.package"
 touch "$out/ok"
 mv "$out" "$kit"
 # older kits (other kernel versions or scripts), unless a VM runs (it may be using one; the
-# lock is internal/vmtest's LockFile): then the next build removes them
+# lock is internal/testing/vmtest's LockFile): then the next build removes them
 mkdir -p /run/lock
 (
   flock -n 8 || exit 0

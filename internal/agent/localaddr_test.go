@@ -8,7 +8,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // In a real namespace: the gateway's address goes on lo labelled; a later gateway's agent (a

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // In a real namespace: a route to each ready ClusterLink range whose next hop is on an attached

@@ -13,7 +13,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 const (

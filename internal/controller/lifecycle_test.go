@@ -19,7 +19,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
-	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
 // Each child exists with a controller owner reference to its gateway and comes back when deleted.

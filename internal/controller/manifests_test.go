@@ -21,11 +21,11 @@ import (
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
-	"github.com/bnerd/bnerd-vpn-operator/internal/manifests"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
-	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/manifests"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
 // readManifests returns the objects of a kustomization directory, following its resources.

@@ -16,10 +16,10 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
-	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
-	"github.com/bnerd/bnerd-vpn-operator/internal/labcloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/lab/labcloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
 )
 
 // installNADCRD installs a minimal Multus NetworkAttachmentDefinition CRD (what Multus ships).

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
-	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
 // config/prometheus: the PodMonitors select what the operator and the renderer produce (labels

@@ -23,7 +23,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
-	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
 // env is one real kube-apiserver + etcd shared by the package's tests; each test starts its

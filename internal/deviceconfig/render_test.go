@@ -16,10 +16,10 @@ import (
 	"time"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
-	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/strongswan"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/strongswan/swanconf"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/golden"
 )
 
 // Every IPsec format for every case, and wg-quick for the WireGuard peer: the output or the

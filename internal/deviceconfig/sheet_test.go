@@ -9,8 +9,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
-	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/strongswan/swanconf"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/golden"
 )
 
 // goodSheet is a FortiGate-style sheet in vendor words.

@@ -29,8 +29,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
-	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
-	"github.com/bnerd/bnerd-vpn-operator/internal/labcloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/lab/labcloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
 )
 
 // The lab cloud's settings (hack/lab/common.sh) and the e2e's names in it.

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
-	"github.com/bnerd/bnerd-vpn-operator/internal/labnet"
+	"github.com/bnerd/bnerd-vpn-operator/internal/lab/labnet"
 )
 
 // reverseTarget is a reverse exposure of the lab: a gateway, the peer it reaches into and that

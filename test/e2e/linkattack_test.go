@@ -14,7 +14,7 @@ import (
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // The service cluster of TestPeerClaimingAClusterLinkRange: its range behind the node's

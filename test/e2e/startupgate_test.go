@@ -14,11 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/charontest"
 )
 
 // A client's device that initiates while the gateway pod is still starting — charon running,

@@ -35,14 +35,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
-	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wgtest"
 )
 
 var (

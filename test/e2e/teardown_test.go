@@ -8,7 +8,7 @@ import (
 	"time"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // A host-network gateway's agent stopping with its pod (SIGTERM) takes the gateway off the node

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wgtest"
 )
 
 // A roaming WireGuard site — its VPNPeer names no endpoint, so only the gateway's device knows

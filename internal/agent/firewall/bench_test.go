@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // benchSites are n authorized peers, one /30 each out of 100.96.0.0/11, all granted web and

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // dropsRuleset counts, as the rendered drop rules do, every ping to 192.0.2.1 (from itself) in

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // ruleset is a minimal table of the rendered shape: replaced atomically, with a named counter

@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // Packets keep meeting a whole ruleset while it changes: by deltas, and by whole loads into the

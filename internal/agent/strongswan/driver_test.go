@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/charontest"
 )
 
 // dpdWindow is how long the gateway may take to report a killed site down: dpd_delay 1s plus

@@ -16,9 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/charontest"
 )
 
 // Addresses (documentation ranges and 100.64.0.0/10 only).

@@ -17,8 +17,8 @@ import (
 	"github.com/strongswan/govici/vici"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/charontest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // floodChildren is the site's swanctl.conf with n more children than its device needs, each

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/charontest"
 )
 
 // TestCharonAgreesWithCanonicalID asks strongSwan itself whether two spellings of an IKE

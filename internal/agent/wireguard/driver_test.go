@@ -16,10 +16,10 @@ import (
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wgtest"
 )
 
 func TestMain(m *testing.M) { wgtest.Main(m) }

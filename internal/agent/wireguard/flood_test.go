@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wgtest"
 )
 
 // TestHandshakeFloodCostsOtherPeersNothing: a hostile site that knows the gateway's public key

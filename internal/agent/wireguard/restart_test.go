@@ -13,9 +13,9 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wgtest"
 )
 
 // The gateway's userspace device dies with its process (SIGKILL) while a roaming site — no

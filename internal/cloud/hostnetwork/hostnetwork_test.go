@@ -17,7 +17,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/hostnetwork"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
 var env *testenv.Env

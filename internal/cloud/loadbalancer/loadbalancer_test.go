@@ -20,7 +20,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/loadbalancer"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
-	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
 var env *testenv.Env

@@ -17,8 +17,8 @@ import (
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
-	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
 )
 
 // password is distinctive, and has characters JSON escapes, so a leak is found whether it

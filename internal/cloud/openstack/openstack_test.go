@@ -10,8 +10,8 @@ import (
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
-	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
 )
 
 func TestFreshFloatingIP(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/golden"
 	"net/netip"
 	"reflect"
 	"slices"

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // benchGateway has n authorized peers, each one /30 out of 100.96.0.0/11; every peer may reach

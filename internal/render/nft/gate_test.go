@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/golden"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 func TestStartupGateGolden(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // The lab of TestRealPackets. No real tunnel: a veth named like the tunnel interface links the

@@ -3,7 +3,7 @@ package nft
 import (
 	"flag"
 	"fmt"
-	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/golden"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 func mustRender(t testing.TB, g *model.Gateway, o Options) string {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/strongswan/govici/vici"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // TestCharonLoadsBothForms loads every golden case, and gateways with hostile identities, into a

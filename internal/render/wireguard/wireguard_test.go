@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/bnerd/bnerd-vpn-operator/internal/golden"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/golden"
 	"net"
 	"net/netip"
 	"slices"

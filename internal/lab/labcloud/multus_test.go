@@ -16,8 +16,8 @@ import (
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
-	"github.com/bnerd/bnerd-vpn-operator/internal/labcloud"
-	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+	"github.com/bnerd/bnerd-vpn-operator/internal/lab/labcloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
 // lab-cloud as a CNI plugin chained in a runtime's conflist (after the cluster network, here

@@ -13,9 +13,9 @@ import (
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
-	"github.com/bnerd/bnerd-vpn-operator/internal/vmtest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/vmtest"
 )
 
 // TestGuestKernelWireGuardGateway: a host-network WireGuard gateway whose agent runs the kernel

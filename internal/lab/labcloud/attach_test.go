@@ -10,8 +10,8 @@ import (
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
-	"github.com/bnerd/bnerd-vpn-operator/internal/labcloud"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/lab/labcloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 type ipLink struct {

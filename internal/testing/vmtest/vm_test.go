@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
-	"github.com/bnerd/bnerd-vpn-operator/internal/testoutput"
-	"github.com/bnerd/bnerd-vpn-operator/internal/vmtest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testoutput"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/vmtest"
 )
 
 // TestVM boots the VM and runs this package's guest tests inside it: the guest kernel has what
@@ -39,7 +39,7 @@ func TestVM(t *testing.T) {
 		t.Fatalf("building the agent: %v\n%s", err, out)
 	}
 	// The timeout covers go test -c and the wait for another VM too.
-	res := vmtest.Run(t, "./internal/vmtest", vmtest.Options{Run: "^TestGuest", Env: []string{EnvAgent + "=" + agent}, Timeout: 10 * time.Minute,
+	res := vmtest.Run(t, "./internal/testing/vmtest", vmtest.Options{Run: "^TestGuest", Env: []string{EnvAgent + "=" + agent}, Timeout: 10 * time.Minute,
 		Modules: append(slices.Clone(vmtest.DefaultModules), "nft_nat", "nft_masq", "nft_fib_ipv4", "nf_conntrack_netlink")})
 	for _, name := range []string{"TestGuestHostTools", "TestGuestKernelWireGuard", "TestGuestKernelXFRM",
 		"TestGuestKernelIPsecGateway", "TestGuestKernelWireGuardGateway"} {

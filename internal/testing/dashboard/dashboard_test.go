@@ -19,10 +19,10 @@ import (
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	agentmetrics "github.com/bnerd/bnerd-vpn-operator/internal/agent/metrics"
-	"github.com/bnerd/bnerd-vpn-operator/internal/dashboard"
 	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
-	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/dashboard"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
 // recorder passes registrations on and remembers the collectors, so that what gathers nothing

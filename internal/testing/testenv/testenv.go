@@ -38,7 +38,7 @@ type Env struct {
 // RepoRoot is the repository's top directory.
 func RepoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 // assets finds the kube-apiserver and etcd binaries.

@@ -14,13 +14,13 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
-	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
-	"github.com/bnerd/bnerd-vpn-operator/internal/labcloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/lab/labcloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/charontest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
 )
 
 const (

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/testenv"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
 // The lab's cloud is lab tooling: the operator and the gateway agent never link it.
@@ -20,7 +20,7 @@ func TestShippedBinariesDoNotLinkTheLabCloud(t *testing.T) {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	for _, pkg := range strings.Fields(string(out)) {
-		if strings.HasSuffix(pkg, "/internal/labcloud") || strings.HasSuffix(pkg, "/cmd/lab-cloud") {
+		if strings.HasSuffix(pkg, "/internal/lab/labcloud") || strings.HasSuffix(pkg, "/cmd/lab-cloud") {
 			t.Errorf("a shipped binary links %s", pkg)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
 )
 
 // Table is the router namespace's nft table (family ip).

@@ -13,7 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
 )
 
 // Router is the cloud's L3 agent for one router network namespace (which exists, with both

@@ -11,7 +11,7 @@ import (
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -23,12 +23,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
-	"github.com/bnerd/bnerd-vpn-operator/internal/vmtest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/charontest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/vmtest"
 )
 
 // EnvAgent is the gateway agent binary the host built for the guest (TestVM sets it).

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
 )
 
 // FaultRequest is the admin API's fault: the cloud answers matching calls with Status

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // echo serves a TCP echo (line by line) and a UDP echo on addr (host:port) inside ns until

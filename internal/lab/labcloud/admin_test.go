@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
-	"github.com/bnerd/bnerd-vpn-operator/internal/labcloud"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/lab/labcloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
 )
 
 func adminCall(t *testing.T, url, method, path string, body any) int {

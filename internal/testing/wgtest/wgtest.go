@@ -53,9 +53,9 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // EnvHelper marks a re-executed test binary as a driver helper; its value is the JSON of the

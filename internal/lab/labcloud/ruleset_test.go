@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack/neutronfake"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
 )
 
 func ptr[T any](v T) *T { return &v }

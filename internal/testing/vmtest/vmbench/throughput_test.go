@@ -1,5 +1,5 @@
 // Package vmbench measures the production dataplane against the userspace one the other tests
-// use, inside the test VM (internal/vmtest): TCP throughput through the same exposure of a
+// use, inside the test VM (internal/testing/vmtest): TCP throughput through the same exposure of a
 // rendered ruleset with kernel ESP (XFRM, charon's kernel-netlink) vs strongSwan's
 // kernel-libipsec, and with the kernel WireGuard device vs wireguard-go. BenchmarkVMThroughput
 // boots the VM, TestGuestThroughput measures inside it.
@@ -17,14 +17,14 @@ import (
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/strongswan/charontest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
-	"github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard/wgtest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
-	"github.com/bnerd/bnerd-vpn-operator/internal/vmtest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/charontest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/vmtest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wgtest"
 )
 
 func TestMain(m *testing.M) { wgtest.Main(m) }
@@ -49,7 +49,7 @@ func BenchmarkVMThroughput(b *testing.B) {
 	if b.N > 1 {
 		b.Skip("one VM run measures everything (make bench runs -benchtime 1x)")
 	}
-	res := vmtest.Run(b, "./internal/vmtest/vmbench", vmtest.Options{
+	res := vmtest.Run(b, "./internal/testing/vmtest/vmbench", vmtest.Options{
 		Run:     "^TestGuestThroughput$",
 		Modules: append(slices.Clone(vmtest.DefaultModules), "tun", "nft_nat", "nft_masq"),
 		Timeout: 4 * time.Minute,

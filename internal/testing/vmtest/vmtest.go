@@ -229,7 +229,7 @@ type Result struct {
 }
 
 // Run builds pkg's test binary (a package path relative to the module root, e.g.
-// "./internal/vmtest"), runs it inside the VM and streams the guest's console to t.Log. The
+// "./internal/testing/vmtest"), runs it inside the VM and streams the guest's console to t.Log. The
 // test fails when the guest's tests fail or the VM does not report; Run returns the result for
 // further assertions. It skips the test when VM tests cannot run here (see Available).
 func Run(t testing.TB, pkg string, opts Options) Result {

@@ -2,7 +2,7 @@
 // kernel-libipsec plugin, userspace ESP on a TUN device) in network namespaces of their own,
 // for tests of the gateway agent's strongSwan driver and the end-to-end tests: a gateway
 // namespace, client-site namespaces configured the way a client's device would be, and veth
-// links between them. The namespaces come from internal/netns.
+// links between them. The namespaces come from internal/testing/netns.
 //
 // Everything a test creates is removed at t.Cleanup: daemons are killed, then namespaces
 // deleted. go test's timeout panic skips Cleanup, so NewRun first sweeps what earlier runs left
@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/netns"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // Prefix starts the name of every namespace and daemon directory this package creates:
