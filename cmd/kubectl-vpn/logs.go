@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/strongswan"
 )
 
 // Log lines are never printed as they were read. A line is shown only when its message has
@@ -206,8 +207,14 @@ func charonSAs(entries []charonEntry) map[int]*ikeSA {
 	return sas
 }
 
-// charonConnName is the connection the gateway's swanctl.conf names after a peer.
-func charonConnName(peer string) string { return strings.ReplaceAll(peer, ".", "_") }
+// charonConnName is the connection the gateway's charon names after a peer (the peer's name
+// where it is no Kubernetes object name: nothing of charon's will match it).
+func charonConnName(peer string) string {
+	if name, err := strongswan.ConnectionName(peer); err == nil {
+		return name
+	}
+	return peer
+}
 
 // peerSAs are the IKE_SAs of one peer: its connection by name, or — while charon does not know
 // the connection yet (a responder before IKE_AUTH) — its address or identity.

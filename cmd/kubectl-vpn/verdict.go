@@ -209,7 +209,7 @@ func tunnelFindings(e *peerEvidence) []finding {
 		if t := p.Status.Tunnel; t != nil && t.LastHandshake != nil {
 			last = duration.HumanDuration(e.Now.Sub(t.LastHandshake.Time)) + " ago"
 		}
-		port := int32(51820)
+		port := int32(vpnv1.DefaultWireGuardListenPort)
 		if gw.Spec.WireGuard != nil && gw.Spec.WireGuard.ListenPort != 0 {
 			port = gw.Spec.WireGuard.ListenPort
 		}

@@ -28,6 +28,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
 
@@ -59,7 +60,7 @@ const (
 const (
 	IKEPort              uint16 = 500
 	NATTPort             uint16 = 4500
-	DefaultWireGuardPort uint16 = 51820
+	DefaultWireGuardPort uint16 = vpnv1.DefaultWireGuardListenPort
 	// ESPProtocol is the IP protocol number of ESP.
 	ESPProtocol = 50
 )

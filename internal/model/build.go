@@ -72,7 +72,7 @@ const (
 	defaultIKERekeyTime  = 4 * time.Hour
 	defaultIKEReauthTime = 0
 	defaultESPRekeyTime  = time.Hour
-	defaultWGListenPort  = 51820
+	defaultWGListenPort  = vpnv1.DefaultWireGuardListenPort
 	defaultWGMTU         = 1420
 	defaultWGKeySuffix   = "-wireguard-key"
 	defaultWGKeyKey      = "privateKey"

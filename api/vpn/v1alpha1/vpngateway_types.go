@@ -263,6 +263,10 @@ type DPDSettings struct {
 	Action string `json:"action,omitempty"`
 }
 
+// DefaultWireGuardListenPort is ListenPort's default (its +kubebuilder:default marker), for
+// code that reads a spec the API server has not defaulted.
+const DefaultWireGuardListenPort = 51820
+
 // WireGuardGatewaySettings are the gateway's WireGuard device settings.
 type WireGuardGatewaySettings struct {
 	// ListenPort of the device.

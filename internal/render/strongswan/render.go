@@ -116,7 +116,7 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 			continue
 		}
 		pf := fmt.Sprintf("peers[%q]", p.Name)
-		name, err := connectionName(p.Name)
+		name, err := ConnectionName(p.Name)
 		if err != nil {
 			return nil, &FieldError{Field: pf + ".name", Err: err}
 		}
@@ -270,9 +270,9 @@ func actionsFor(remoteAddress, dpdAction string) (start, dpd, closeAction string
 	return "trap|start", dpdAction, "start"
 }
 
-// connectionName maps a peer name (a Kubernetes object name: lowercase DNS subdomain) to a
-// connection name the settings syntax accepts.
-func connectionName(peer string) (string, error) {
+// ConnectionName maps a peer name (a Kubernetes object name: lowercase DNS subdomain) to the
+// name of its connection in the gateway's charon: a name the settings syntax accepts.
+func ConnectionName(peer string) (string, error) {
 	if len(peer) > 253 || !dnsSubdomain.MatchString(peer) {
 		return "", fmt.Errorf("%q is not a Kubernetes object name (lowercase DNS subdomain)", peer)
 	}
