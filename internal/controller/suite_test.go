@@ -24,6 +24,8 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wait"
 )
 
 // env is one real kube-apiserver + etcd shared by the package's tests; each test starts its
@@ -134,16 +136,8 @@ func eventually(t testing.TB, timeout time.Duration, cond func() error) {
 // poll is eventually with a chosen interval (for conditions that are expensive to check).
 func poll(t testing.TB, timeout, interval time.Duration, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s: %v", timeout, err)
-		}
-		time.Sleep(interval)
+	if err := wait.Every(timeout, interval, cond); err != nil {
+		t.Fatalf("condition not met within %s: %v", timeout, err)
 	}
 }
 

@@ -28,6 +28,8 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wait"
 )
 
 // env is one real kube-apiserver + etcd for the package's tests.
@@ -492,17 +494,7 @@ func reconciled(gw *vpnv1.VPNGateway) error {
 // poll calls cond until it returns nil or timeout passes, then fails with its last error.
 func poll(t *testing.T, timeout time.Duration, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
-	}
+	wait.For(t, "", timeout, cond)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -40,6 +40,8 @@ import (
 	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wait"
 )
 
 // The lab's constants, as hack/lab/common.sh sets them.
@@ -117,17 +119,11 @@ func ctx(d time.Duration) (context.Context, context.CancelFunc) {
 
 // eventually polls f until it returns nil or the deadline passes; it returns f's last error.
 func eventually(timeout time.Duration, f func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("after %s: %w", timeout, err)
-		}
-		time.Sleep(300 * time.Millisecond) // the poll interval, as wait_for's
+	// the poll interval of the lab scripts' wait_for: each check is a command or a request
+	if err := wait.Every(timeout, 300*time.Millisecond, f); err != nil {
+		return fmt.Errorf("after %s: %w", timeout, err)
 	}
+	return nil
 }
 
 // sh runs a bash script with hack/lab/common.sh sourced (kubectl, site_ensure, ... and the lab's

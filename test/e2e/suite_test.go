@@ -43,6 +43,8 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wgtest"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wait"
 )
 
 var (
@@ -274,9 +276,7 @@ func tenantPod(t testing.TB, ns, name, ip string) {
 // waitFor polls cond until it holds; its last error explains a timeout.
 func waitFor(t testing.TB, what string, timeout time.Duration, cond func() error) {
 	t.Helper()
-	if err := netns.Eventually(timeout, cond); err != nil {
-		t.Fatalf("%s: not within %s: %v", what, timeout, err)
-	}
+	wait.For(t, what, timeout, cond)
 }
 
 // newNamespace creates a Kubernetes namespace for one test, named base-N.

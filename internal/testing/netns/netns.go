@@ -29,6 +29,8 @@ import (
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wait"
 )
 
 // CommandTimeout bounds every command the harness runs in the foreground.
@@ -359,16 +361,7 @@ func (n *NS) Ping(src, dst string, count int, interval, wait time.Duration) (Pin
 // It backs off from 10 ms to 200 ms between calls; it is polling, not a sleep standing in for
 // synchronisation.
 func Eventually(timeout time.Duration, f func() error) error {
-	deadline := time.Now().Add(timeout)
-	wait := 10 * time.Millisecond
-	for {
-		err := f()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, 200*time.Millisecond)
-	}
+	return wait.Until(timeout, f)
 }
 
 func run(ctx context.Context, name string, args ...string) (string, error) {
