@@ -170,8 +170,15 @@ func TestPeerConfig(t *testing.T) {
 		})
 	}
 	t.Run("to-file", func(t *testing.T) {
+		// an existing world-readable file: the key must not land in it readable by others
 		file := filepath.Join(t.TempDir(), "hq.conf")
-		out, _, err := run(t, "", "-n", "pc", "peer-config", "hq", "--format", "strongswan", "--include-secrets", "-o", file)
+		if err := os.WriteFile(file, []byte("old"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(file, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := run(t, "", "-n", "pc", "peer-config", "hq", "--format", "strongswan", "--include-secrets", "--output-file", file)
 		if err != nil || out != "" {
 			t.Fatalf("%v %q", err, out)
 		}

@@ -39,7 +39,7 @@ Secret); it is never logged.
 Formats:
 ` + strings.Join(list, "\n"),
 		Example: `  kubectl vpn peer-config hq -n acme --format fortigate
-  kubectl vpn peer-config hq -n acme --format strongswan --include-secrets -o hq-swanctl.conf`,
+  kubectl vpn peer-config hq -n acme --format strongswan --include-secrets --output-file hq-swanctl.conf`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format == "" {
@@ -59,7 +59,7 @@ Formats:
 	}
 	cmd.Flags().StringVar(&format, "format", "", "device format: "+strings.Join(deviceconfig.FormatNames(), ", "))
 	cmd.Flags().BoolVar(&includeSecrets, "include-secrets", false, "include the pre-shared key (reads the peer's Secret)")
-	cmd.Flags().StringVarP(&outFile, "output", "o", "", "write to this file (mode 0600) instead of stdout")
+	cmd.Flags().StringVar(&outFile, "output-file", "", "write to this file instead of stdout: a new file of mode 0600, renamed into place")
 	_ = cmd.RegisterFlagCompletionFunc("format", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return deviceconfig.FormatNames(), cobra.ShellCompDirectiveNoFileComp
 	})
