@@ -52,10 +52,11 @@ client's side. See kubectl vpn migrate ipsecgateway --help.`,
 }
 
 type migrateFlags struct {
-	dryRun, apply, keepLegacy bool
-	output                    string
-	timeout                   time.Duration
-	names                     migrateNames
+	dryRun            string // none, client or server
+	apply, keepLegacy bool
+	output            string
+	timeout           time.Duration
+	names             migrateNames
 }
 
 func newMigrateIPsecGatewayCommand(o *options) *cobra.Command {
@@ -76,7 +77,10 @@ a LoadBalancer endpoint, a service CIDR or virtual IP not assigned yet, a status
 spec, a VPNGateway or VPNPeer of those names that exists and differs, another VPNPeer on the
 new gateway.
 
---dry-run (the default) prints the objects, exactly as --apply applies them (-o yaml or json).
+--dry-run=server (the default) prints the objects, exactly as --apply applies them (-o yaml or
+json), once the API server has accepted them in a server-side dry run and no object of those
+names differs; --dry-run=client prints them without asking the API server; --dry-run=none is
+--apply.
 
 --apply applies them (server-side apply, field manager kubectl-vpn-migrate), then hands the
 endpoint over: it annotates the IPsecGateway vpn.bnerd.net/migrated-to=<gateway>, and the
@@ -89,11 +93,15 @@ the commands that roll it back.`,
   kubectl vpn migrate ipsecgateway acme -n acme --apply --timeout 3m`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if f.apply && cmd.Flags().Changed("dry-run") && f.dryRun {
-				return errors.New("--dry-run and --apply: choose one")
-			}
-			if cmd.Flags().Changed("dry-run") && !f.dryRun {
+			switch f.dryRun {
+			case "none":
 				f.apply = true
+			case "client", "server":
+				if f.apply {
+					return fmt.Errorf("--dry-run=%s and --apply: choose one", f.dryRun)
+				}
+			default:
+				return fmt.Errorf("--dry-run %q: none, client or server", f.dryRun)
 			}
 			switch f.output {
 			case "yaml", "json":
@@ -112,7 +120,8 @@ the commands that roll it back.`,
 			return migrateIPsecGateway(ctx, o, args[0], f)
 		},
 	}
-	cmd.Flags().BoolVar(&f.dryRun, "dry-run", true, "print the objects, apply nothing (the default)")
+	cmd.Flags().StringVar(&f.dryRun, "dry-run", "server", "server: print the objects the API server accepts, apply nothing; client: print them without asking it; none: apply (--apply)")
+	cmd.Flags().Lookup("dry-run").NoOptDefVal = "server"
 	cmd.Flags().BoolVar(&f.apply, "apply", false, "apply the objects, hand the endpoint over, wait and delete the IPsecGateway")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "yaml", "output format of --dry-run: yaml or json")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 120*time.Second, "how long --apply waits after the handover for the gateway to be Ready and every peer Connected")
@@ -144,6 +153,9 @@ func migrateIPsecGateway(ctx context.Context, o *options, name string, f migrate
 	}
 	for _, w := range plan.Warnings {
 		warnf(o, "%s", w)
+	}
+	if f.dryRun == "client" {
+		return printObjects(o.streams.Out, f.output, plan.objects())
 	}
 	existing, err := checkAgainstCluster(ctx, c, plan)
 	if err != nil {

@@ -127,6 +127,28 @@ func TestMigrateIPsecGateway(t *testing.T) {
 		t.Fatalf("%v %s", err, out)
 	}
 
+	// --dry-run=client: the same objects without the API server's checks; bad values refused
+	clientOut, _, err := run(t, "", "-n", "mig", "migrate", "ipsecgateway", "acme", "--dry-run=client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverOut, _, err := run(t, "", "-n", "mig", "migrate", "ipsecgateway", "acme", "--dry-run=server")
+	if err != nil || clientOut != serverOut {
+		t.Fatalf("--dry-run=client and --dry-run=server print different objects (%v):\n%s\n---\n%s", err, clientOut, serverOut)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dry-run=maybe"}, `--dry-run "maybe": none, client or server`},
+		{[]string{"--dry-run=client", "--apply"}, "--dry-run=client and --apply: choose one"},
+	} {
+		_, _, err := run(t, "", append([]string{"-n", "mig", "migrate", "ipsecgateway", "acme"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+
 	// refused: a VPNGateway of the name that differs, another peer on the new gateway
 	taken := &vpnv1.VPNGateway{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "mig", Name: "taken"},
