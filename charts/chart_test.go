@@ -231,6 +231,9 @@ func TestChartValuesBecomeFlags(t *testing.T) {
 		"network.serviceCIDRPool=100.80.0.0/16",
 		"operator.leaderElection.leaseDuration=40s", "operator.extraArgs={--concurrency=8}",
 		"openstack.enabled=true", "openstack.cloudsSecret=os-creds", "openstack.networkID=net-1", "openstack.resync=90s",
+		"gateway.pod.nodeSelector.dedicated=vpn", "gateway.pod.priorityClassName=vpn-gateways", "gateway.pod.imagePullSecrets[0].name=regcred",
+		"gateway.pod.tolerations[0].key=dedicated", "gateway.pod.tolerations[0].operator=Equal", "gateway.pod.tolerations[0].value=vpn",
+		"gateway.pod.tolerations[0].effect=NoSchedule", "gateway.pod.resources.requests.cpu=100m", "gateway.pod.resources.limits.memory=512Mi",
 	))
 	for _, want := range []string{
 		"--leader-elect", "--leader-elect-lease-duration=40s", "--service-cidr-pool=100.80.0.0/16",
@@ -241,6 +244,9 @@ func TestChartValuesBecomeFlags(t *testing.T) {
 		"--host-network-namespace-selector=tier=edge", "--metrics-namespace-selector=team=observability", "--concurrency=8",
 		"--max-gateways-per-namespace=4", "--max-service-addresses-per-namespace=0",
 		"--openstack-clouds-yaml=/etc/openstack/clouds.yaml", "--openstack-network-id=net-1", "--openstack-resync=90s",
+		"--gateway-node-selector=dedicated=vpn", "--gateway-priority-class=vpn-gateways", "--gateway-image-pull-secrets=regcred",
+		`--gateway-tolerations=[{"effect":"NoSchedule","key":"dedicated","operator":"Equal","value":"vpn"}]`,
+		"--gateway-cpu-request=100m", "--gateway-memory-limit=512Mi",
 	} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
@@ -284,6 +290,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"operator.replica=2", "replica"},
 		{"openstack.enabled=true", "openstack"},
 		{"openstack.resync=often", "'/openstack/resync'"},
+		{"gateway.pod.resources.requests.cpu=lots", "'/gateway/pod/resources/requests/cpu'"},
+		{"gateway.pod.tolerations[0].effect=Never", "'/gateway/pod/tolerations/0/effect'"},
+		{"gateway.pod.imagePullSecrets[0].nam=regcred", "'/gateway/pod/imagePullSecrets/0'"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			out, err := helm(t, "template", "bnerd-vpn-operator", chart, "--namespace", namespace, "--kube-version", kubeVersion, "--set", tc.set)

@@ -45,6 +45,9 @@ func command() *cobra.Command {
 		osNADTemplate                                     string
 		metricsNamespaces                                 string
 		osResync                                          time.Duration
+		gatewayTolerations                                string
+		gatewayCPURequest, gatewayMemoryRequest           string
+		gatewayCPULimit, gatewayMemoryLimit               string
 	)
 	cmd := &cobra.Command{
 		Use:           "operator",
@@ -83,6 +86,12 @@ func command() *cobra.Command {
 				if cfg.Render.MetricsNamespaces, err = metav1.ParseToLabelSelector(metricsNamespaces); err != nil {
 					return fmt.Errorf("--metrics-namespace-selector %q: %w", metricsNamespaces, err)
 				}
+			}
+			if cfg.Render.Pod.Resources, err = operator.GatewayResources(gatewayCPURequest, gatewayMemoryRequest, gatewayCPULimit, gatewayMemoryLimit); err != nil {
+				return err
+			}
+			if cfg.Render.Pod.Tolerations, err = operator.GatewayTolerations(gatewayTolerations); err != nil {
+				return err
 			}
 			switch pp := corev1.PullPolicy(pullPolicy); pp {
 			case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
@@ -129,6 +138,14 @@ func command() *cobra.Command {
 	f.StringVar(&cfg.Render.AgentImage, "agent-image", "bnerd-vpn-gateway:latest", "gateway image running the agent (and, on a userspace dataplane, the WireGuard device): make images builds bnerd-vpn-gateway:<version>")
 	f.StringVar(&cfg.Render.StrongSwanImage, "strongswan-image", "bnerd-vpn-gateway:latest", "gateway image running charon (the same image as the agent's by default)")
 	f.StringVar(&pullPolicy, "image-pull-policy", "IfNotPresent", "pull policy of the gateway images (Always, IfNotPresent, Never)")
+	f.StringToStringVar(&cfg.Render.Pod.NodeSelector, "gateway-node-selector", nil, "node labels gateway pods must match (key=value,...; a host-network gateway is pinned to its node as well)")
+	f.StringVar(&gatewayTolerations, "gateway-tolerations", "", "tolerations of gateway pods: a JSON list of Kubernetes tolerations")
+	f.StringVar(&cfg.Render.Pod.PriorityClassName, "gateway-priority-class", "", "PriorityClass of gateway pods (empty: the cluster's default)")
+	f.StringSliceVar(&cfg.Render.Pod.ImagePullSecrets, "gateway-image-pull-secrets", nil, "Secrets, in each gateway's namespace, to pull the gateway images with")
+	f.StringVar(&gatewayCPURequest, "gateway-cpu-request", "50m", "CPU request of each gateway container (empty: none)")
+	f.StringVar(&gatewayMemoryRequest, "gateway-memory-request", "64Mi", "memory request of each gateway container (empty: none)")
+	f.StringVar(&gatewayCPULimit, "gateway-cpu-limit", "", "CPU limit of each gateway container (empty: none)")
+	f.StringVar(&gatewayMemoryLimit, "gateway-memory-limit", "256Mi", "memory limit of each gateway container (empty: none)")
 	f.BoolVar(&cfg.Render.UserspaceDataplane, "userspace-dataplane", false, "give gateway pods /dev/net/tun and use userspace ESP/WireGuard (kernels without ESP or the WireGuard module)")
 	f.IntVar(&cfg.Concurrency, "concurrency", 4, "parallel reconciles per controller")
 	f.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables)")

@@ -28,6 +28,39 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- if $v.gateway.userspaceDataplane }}
 - --userspace-dataplane
 {{- end }}
+{{- with $v.gateway.pod }}
+{{- with .nodeSelector }}
+{{- $pairs := list }}
+{{- range $k, $val := . }}{{ $pairs = append $pairs (printf "%s=%s" $k $val) }}{{ end }}
+- {{ printf "--gateway-node-selector=%s" (join "," $pairs) | quote }}
+{{- end }}
+{{- with .tolerations }}
+- {{ printf "--gateway-tolerations=%s" (toJson .) | quote }}
+{{- end }}
+{{- with .priorityClassName }}
+- --gateway-priority-class={{ . }}
+{{- end }}
+{{- with .imagePullSecrets }}
+{{- $names := list }}
+{{- range . }}{{ $names = append $names .name }}{{ end }}
+- --gateway-image-pull-secrets={{ join "," $names }}
+{{- end }}
+{{- /* only what differs from the operator's defaults (50m, 64Mi; limit 256Mi) */}}
+{{- $req := .resources.requests | default dict }}
+{{- $lim := .resources.limits | default dict }}
+{{- if ne (toString ($req.cpu | default "")) "50m" }}
+- --gateway-cpu-request={{ $req.cpu | default "" }}
+{{- end }}
+{{- if ne (toString ($req.memory | default "")) "64Mi" }}
+- --gateway-memory-request={{ $req.memory | default "" }}
+{{- end }}
+{{- with $lim.cpu }}
+- --gateway-cpu-limit={{ . }}
+{{- end }}
+{{- if ne (toString ($lim.memory | default "")) "256Mi" }}
+- --gateway-memory-limit={{ $lim.memory | default "" }}
+{{- end }}
+{{- end }}
 {{- with $v.network.internalSourceCIDRs }}
 - --internal-source-cidrs={{ join "," . }}
 {{- end }}

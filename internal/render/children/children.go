@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -121,6 +122,36 @@ type Options struct {
 	// (the gateway NetworkPolicy's metrics rule). Nil: the operator's namespace and
 	// DefaultMonitoringNamespace; an empty selector: every namespace.
 	MetricsNamespaces *metav1.LabelSelector
+	// Pod is the cluster admin's placement and sizing of every gateway pod.
+	Pod PodSettings
+}
+
+// PodSettings place and size gateway pods: operator settings, the same for every gateway.
+type PodSettings struct {
+	// NodeSelector the pods must match (a host-network gateway is pinned to its node as well).
+	NodeSelector map[string]string
+	// Tolerations of the pods, beyond Kubernetes' defaults.
+	Tolerations []corev1.Toleration
+	// PriorityClassName of the pods; empty: the cluster's default.
+	PriorityClassName string
+	// ImagePullSecrets (in each gateway's namespace) to pull the gateway images with.
+	ImagePullSecrets []string
+	// Resources of each container; nil: DefaultResources.
+	Resources *corev1.ResourceRequirements
+}
+
+// DefaultResources are each gateway container's requests and limits unless the admin sets
+// others (PodSettings.Resources).
+func DefaultResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("50m"),
+			corev1.ResourceMemory: resource.MustParse("64Mi"),
+		},
+		Limits: corev1.ResourceList{
+			corev1.ResourceMemory: resource.MustParse("256Mi"),
+		},
+	}
 }
 
 // DefaultMonitoringNamespace is where a cluster's Prometheus usually runs: its pods may scrape

@@ -6,7 +6,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
@@ -89,15 +88,40 @@ func securityContext(caps []corev1.Capability) *corev1ac.SecurityContextApplyCon
 		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))
 }
 
-func resources() *corev1ac.ResourceRequirementsApplyConfiguration {
-	return corev1ac.ResourceRequirements().
-		WithRequests(corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("50m"),
-			corev1.ResourceMemory: resource.MustParse("64Mi"),
-		}).
-		WithLimits(corev1.ResourceList{
-			corev1.ResourceMemory: resource.MustParse("256Mi"),
-		})
+// resources are each container's requests and limits: the admin's, else DefaultResources.
+func resources(opts Options) *corev1ac.ResourceRequirementsApplyConfiguration {
+	r := DefaultResources()
+	if opts.Pod.Resources != nil {
+		r = *opts.Pod.Resources
+	}
+	out := corev1ac.ResourceRequirements()
+	if len(r.Requests) > 0 {
+		out.WithRequests(r.Requests)
+	}
+	if len(r.Limits) > 0 {
+		out.WithLimits(r.Limits)
+	}
+	return out
+}
+
+// placePod applies the admin's placement of gateway pods to spec.
+func placePod(spec *corev1ac.PodSpecApplyConfiguration, p PodSettings) {
+	if len(p.NodeSelector) > 0 {
+		spec.WithNodeSelector(p.NodeSelector)
+	}
+	for _, t := range p.Tolerations {
+		tol := corev1ac.Toleration().WithKey(t.Key).WithOperator(t.Operator).WithValue(t.Value).WithEffect(t.Effect)
+		if t.TolerationSeconds != nil {
+			tol.WithTolerationSeconds(*t.TolerationSeconds)
+		}
+		spec.WithTolerations(tol)
+	}
+	if p.PriorityClassName != "" {
+		spec.WithPriorityClassName(p.PriorityClassName)
+	}
+	for _, name := range p.ImagePullSecrets {
+		spec.WithImagePullSecrets(corev1ac.LocalObjectReference().WithName(name))
+	}
 }
 
 // container sets what every container of the gateway pod shares.
@@ -106,7 +130,7 @@ func container(gw *model.Gateway, name, image string, opts Options) *corev1ac.Co
 		WithName(name).
 		WithImage(image).
 		WithSecurityContext(securityContext(ContainerCapabilities(gw, name, opts.UserspaceDataplane))).
-		WithResources(resources()).
+		WithResources(resources(opts)).
 		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError)
 	if opts.ImagePullPolicy != "" {
 		c.WithImagePullPolicy(opts.ImagePullPolicy)
@@ -264,6 +288,8 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 		WithInitContainers(initC).
 		WithContainers(containers...).
 		WithVolumes(volumes...)
+
+	placePod(podSpec, opts.Pod)
 
 	if hostNetwork {
 		// The gateway answers on the node's own address: run in the host's network namespace

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -240,6 +241,23 @@ func renderCases() []renderCase {
 			opts:        Options{AgentImage: testAgentImage, StrongSwanImage: testStrongSwanImage},
 			wantSecrets: []string{"gamma-psks"},
 			wantPeers:   []string{"branch-a", "branch-b"},
+		},
+		{
+			// the admin's placement and sizing of gateway pods (operator settings)
+			name: "ipsec-snat-pod-settings",
+			gw:   ipsecSingleSNAT,
+			opts: Options{AgentImage: testAgentImage, StrongSwanImage: testStrongSwanImage, Pod: PodSettings{
+				NodeSelector:      map[string]string{"node-role.example.com/vpn": ""},
+				Tolerations:       []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vpn", Effect: corev1.TaintEffectNoSchedule}},
+				PriorityClassName: "vpn-gateways",
+				ImagePullSecrets:  []string{"registry-credentials"},
+				Resources: &corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+				},
+			}},
+			wantSecrets: []string{"acme-hq-psk"},
+			wantPeers:   []string{"hq"},
 		},
 		{
 			name: "ipsec-no-peers-userspace",
