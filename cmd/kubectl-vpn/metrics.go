@@ -1,122 +1,60 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"fmt"
-	"math"
-	"strconv"
+	"maps"
+	"slices"
 	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
-// sample is one line of the Prometheus text exposition format.
+// sample is one value of the Prometheus text exposition format.
 type sample struct {
 	name   string
 	labels map[string]string
 	value  float64
 }
 
-// parseMetrics reads the Prometheus text format (what the agent's /metrics serves): comments
-// and blank lines are skipped, every other line is `name{label="value",...} value [timestamp]`.
-// A line it cannot read is an error naming the line number (the agent's output is never
-// malformed; something else answered).
+// parseMetrics reads the Prometheus text format (what the agent's /metrics serves) with
+// Prometheus' own parser. Counters, gauges and untyped values become one sample each, a
+// histogram or summary its _sum and _count; families in name order. Text it cannot read is an
+// error (the agent's output is never malformed; something else answered).
 func parseMetrics(text []byte) ([]sample, error) {
-	var out []sample
-	sc := bufio.NewScanner(bytes.NewReader(text))
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		s, err := parseSample(line)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", n, err)
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
-}
-
-func parseSample(line string) (sample, error) {
-	s := sample{labels: map[string]string{}}
-	i := strings.IndexAny(line, "{ \t")
-	if i <= 0 {
-		return s, fmt.Errorf("not a sample")
-	}
-	s.name = line[:i]
-	rest := line[i:]
-	if rest[0] == '{' {
-		rest = rest[1:]
-		for {
-			rest = strings.TrimLeft(rest, " \t,")
-			if rest == "" {
-				return s, fmt.Errorf("unterminated label set")
-			}
-			if rest[0] == '}' {
-				rest = rest[1:]
-				break
-			}
-			eq := strings.IndexByte(rest, '=')
-			if eq <= 0 || len(rest) < eq+2 || rest[eq+1] != '"' {
-				return s, fmt.Errorf("malformed label")
-			}
-			key := strings.TrimSpace(rest[:eq])
-			rest = rest[eq+2:]
-			var v strings.Builder
-			closed := false
-			for j := 0; j < len(rest); j++ {
-				c := rest[j]
-				if c == '\\' && j+1 < len(rest) {
-					j++
-					switch rest[j] {
-					case 'n':
-						v.WriteByte('\n')
-					default:
-						v.WriteByte(rest[j])
-					}
-					continue
-				}
-				if c == '"' {
-					rest = rest[j+1:]
-					closed = true
-					break
-				}
-				v.WriteByte(c)
-			}
-			if !closed {
-				return s, fmt.Errorf("unterminated label value")
-			}
-			s.labels[key] = v.String()
-		}
-	}
-	fields := strings.Fields(rest)
-	if len(fields) == 0 || len(fields) > 2 {
-		return s, fmt.Errorf("no value")
-	}
-	v, err := parseValue(fields[0])
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(text))
 	if err != nil {
-		return s, err
+		return nil, err
 	}
-	s.value = v
-	return s, nil
+	var out []sample
+	for _, name := range slices.Sorted(maps.Keys(families)) {
+		for _, m := range families[name].GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			add := func(name string, v float64) { out = append(out, sample{name: name, labels: labels, value: v}) }
+			switch {
+			case m.Counter != nil:
+				add(name, m.GetCounter().GetValue())
+			case m.Gauge != nil:
+				add(name, m.GetGauge().GetValue())
+			case m.Untyped != nil:
+				add(name, m.GetUntyped().GetValue())
+			case m.Histogram != nil:
+				add(name+"_sum", m.GetHistogram().GetSampleSum())
+				add(name+"_count", float64(m.GetHistogram().GetSampleCount()))
+			case m.Summary != nil:
+				add(name+"_sum", m.GetSummary().GetSampleSum())
+				add(name+"_count", float64(m.GetSummary().GetSampleCount()))
+			}
+		}
+	}
+	return out, nil
 }
 
-func parseValue(s string) (float64, error) {
-	switch s {
-	case "+Inf":
-		return math.Inf(1), nil
-	case "-Inf":
-		return math.Inf(-1), nil
-	case "NaN":
-		return math.NaN(), nil
-	}
-	return strconv.ParseFloat(s, 64)
-}
-
-// The agent's metrics diagnose and status read (README, "Monitoring and alerts").
+// The agent's metrics diagnose and status read (docs/operations.md, "Metrics and the dashboard").
 const (
 	metricPeerUp         = "bnerd_vpn_peer_up"
 	metricPeerRekeys     = "bnerd_vpn_peer_rekeys_total"
