@@ -50,6 +50,10 @@ lint: ## go vet and gofmt
 	go vet -race ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+.PHONY: unit
+unit: ## the tests that need neither root, nor an API server, nor a tool the repository builds (hack/unit-packages.sh): quick
+	go test $$(hack/unit-packages.sh)
+
 .PHONY: test-binaries
 test-binaries: ## install etcd and build Kubernetes (kube-apiserver for envtest; cached in bin/)
 	@hack/test-binaries.sh >/dev/null
