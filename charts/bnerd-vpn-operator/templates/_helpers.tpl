@@ -20,8 +20,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 - --leader-elect-retry-period={{ $v.operator.leaderElection.retryPeriod }}
 {{- end }}
 - --service-cidr-pool={{ $v.network.serviceCIDRPool }}
-- --agent-image={{ $v.gateway.agentImage }}
-- --strongswan-image={{ $v.gateway.strongswanImage }}
+{{- $agentImage := $v.gateway.agentImage | default (printf "bnerd-vpn-gateway:%s" .Chart.AppVersion) }}
+- --agent-image={{ $agentImage }}
+- --strongswan-image={{ $v.gateway.strongswanImage | default $agentImage }}
 {{- with $v.gateway.imagePullPolicy }}
 - --image-pull-policy={{ . }}
 {{- end }}
