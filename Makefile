@@ -44,15 +44,24 @@ images: ## build the operator and gateway images as OCI archives in bin/images, 
 images-reproducible: ## build the images twice (the second time uncached) and fail unless the digests match
 	@hack/images-reproducible.sh
 
+# The one build configuration of make test: static and -trimpath, as the images, the lab's
+# programs and the VM tests are built, so every package is compiled once (go vet, go test and
+# the builds share the build cache).
+STATIC := CGO_ENABLED=0
+TRIM := -trimpath
+
 .PHONY: lint
-# go vet -race: the packages compiled as go test -race compiles them, so make test compiles them once
 lint: ## go vet and gofmt
-	go vet -race ./...
+	$(STATIC) go vet $(TRIM) ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+.PHONY: test-race
+test-race: test-deps test-binaries ## go test -race ./... (make test runs the same tests without the race detector: see docs/development.md)
+	KUBEBUILDER_ASSETS=$$(hack/test-binaries.sh) go test -race -count=1 -timeout 45m ./...
 
 .PHONY: unit
 unit: ## the tests that need neither root, nor an API server, nor a tool the repository builds (hack/unit-packages.sh): quick
-	go test $$(hack/unit-packages.sh)
+	$(STATIC) go test $(TRIM) $$(hack/unit-packages.sh)
 
 .PHONY: test-binaries
 test-binaries: ## install etcd and build Kubernetes (kube-apiserver for envtest; cached in bin/)
@@ -76,7 +85,7 @@ vm-kit: ## build the VM tests' kit once (Debian's kernel and modules, initramfs;
 
 .PHONY: test-vm
 test-vm: test-deps vm-kit ## the tests that need a real kernel dataplane (XFRM, kernel WireGuard), in a qemu VM
-	BNERD_VMTEST=1 CGO_ENABLED=0 go test -trimpath -count=1 -v -timeout 15m ./internal/testing/vmtest
+	BNERD_VMTEST=1 $(STATIC) go test $(TRIM) -count=1 -v -timeout 15m ./internal/testing/vmtest
 
 # make lab, lab-down, e2e-cluster: a real single-node cluster (hack/lab/).
 include hack/lab/lab.mk

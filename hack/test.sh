@@ -2,9 +2,11 @@
 # `make test`: the whole suite, as CI runs it, in timed stages (hack/stage.sh). The tools and
 # binaries the tests need (Debian packages, the VM kit, the Kubernetes API server: most of a
 # cold run's waiting) are prepared in the background while the generated files and lint are
-# checked; every later stage waits for them. Lint's go vet compiles with -race, so the tests
-# reuse its compiled packages. What the lab cluster runs is built while the tests run. Missing
-# tools fail the tests instead of skipping them (BNERD_REQUIRE_TOOLS=1).
+# checked; every later stage waits for them. One build configuration throughout (static,
+# -trimpath: the Makefile's STATIC and TRIM, as the images are built), so go vet, go test and
+# the lab's builds compile each package once; the race detector runs in make test-race. What the
+# lab cluster runs is built while the tests run. Missing tools fail the tests instead of
+# skipping them (BNERD_REQUIRE_TOOLS=1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin
@@ -38,7 +40,7 @@ lab=$!
 lab_built() { wait "$lab"; local r=$?; cat "$lab_log"; return $r; }
 
 export BNERD_REQUIRE_TOOLS=1
-hack/stage.sh go-test env KUBEBUILDER_ASSETS="$(hack/test-binaries.sh)" go test -race -count=1 -timeout 30m ./... &&
+hack/stage.sh go-test env KUBEBUILDER_ASSETS="$(hack/test-binaries.sh)" CGO_ENABLED=0 go test -trimpath -count=1 -timeout 30m ./... &&
   hack/stage.sh test-vm "${make[@]}" test-vm &&
   lab_built &&
   hack/stage.sh e2e-cluster "${make[@]}" e2e-cluster || rc=$?

@@ -932,9 +932,10 @@ func (s *scanner) scanGo() error {
 			packages.NeedTypes | packages.NeedTypesInfo,
 		Dir:   s.root,
 		Tests: true,
-		// the dependencies' export data as go test -race compiles them: make test has them
-		// in the build cache already, where any other configuration would compile them all
-		BuildFlags: []string{"-race"},
+		// the dependencies' export data as make test compiles them (static, -trimpath): in the
+		// build cache already, where any other configuration would compile them all again
+		Env:        append(os.Environ(), "CGO_ENABLED=0"),
+		BuildFlags: []string{"-trimpath"},
 	}
 	pkgs, err := packages.Load(cfg, "./...")
 	if err != nil {

@@ -80,7 +80,8 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	agentBin = filepath.Join(dir, "gateway-agent")
-	build := exec.Command("go", "build", "-o", agentBin, "./cmd/gateway-agent")
+	// -trimpath, as make test and the images build: the packages are in the build cache already
+	build := exec.Command("go", "build", "-trimpath", "-o", agentBin, "./cmd/gateway-agent")
 	build.Dir = testenv.RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the agent: %v\n%s", err, out)

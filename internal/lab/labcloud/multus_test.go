@@ -40,7 +40,7 @@ func TestLabCloudAsChainedCNIPlugin(t *testing.T) {
 
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin")
-	build := exec.Command("go", "build", "-o", filepath.Join(bin, "lab-cloud"), "./cmd/lab-cloud")
+	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(bin, "lab-cloud"), "./cmd/lab-cloud") // as make test builds: cached
 	build.Dir = testenv.RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building lab-cloud: %v\n%s", err, out)
