@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -41,12 +40,9 @@ import (
 // --- the pages ---
 
 // docsDir is this directory; repoRoot the repository's.
-func docsDir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Dir(file)
-}
+func docsDir() string { return filepath.Join(repoRoot(), "docs") }
 
-func repoRoot() string { return filepath.Dir(docsDir()) }
+func repoRoot() string { return testenv.RepoRoot() }
 
 type page struct {
 	path string // absolute
@@ -653,7 +649,7 @@ func TestFieldPathsExist(t *testing.T) {
 
 // flagDef finds flag definitions in the commands' sources: f.StringVar(&x, "name", ...),
 // cmd.Flags().BoolVarP(&x, "name", "A", ...), ...
-var flagDef = regexp.MustCompile(`\.(?:String|StringSlice|StringArray|Bool|Int|Int32|Int64|Float32|Float64|Duration|Uint16)(?:Var)?P?\((?:&[^,]+,\s*)?"([a-z0-9][a-z0-9-]*)"`)
+var flagDef = regexp.MustCompile(`\.(?:String|StringSlice|StringArray|StringToString|Bool|Int|Int32|Int64|Float32|Float64|Duration|Uint16)(?:Var)?P?\((?:&[^,]+,\s*)?"([a-z0-9][a-z0-9-]*)"`)
 
 // otherTools are the flags of other programs the pages use, with the program.
 var otherTools = map[string]string{
@@ -666,6 +662,7 @@ var otherTools = map[string]string{
 	"max-time":               "curl",
 	"create-namespace":       "helm install",
 	"set-file":               "helm install",
+	"set":                    "helm install",
 	"port":                   "openstack floating ip",
 	"allowed-unsafe-sysctls": "kubelet",
 	"load-all":               "swanctl",

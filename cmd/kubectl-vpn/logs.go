@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
-	"github.com/bnerd/bnerd-vpn-operator/internal/render/strongswan"
+	"github.com/bnerd/bnerd-vpn-operator/internal/render/strongswan/swanconf"
 )
 
 // Log lines are never printed as they were read. A line is shown only when its message has
@@ -210,7 +210,7 @@ func charonSAs(entries []charonEntry) map[int]*ikeSA {
 // charonConnName is the connection the gateway's charon names after a peer (the peer's name
 // where it is no Kubernetes object name: nothing of charon's will match it).
 func charonConnName(peer string) string {
-	if name, err := strongswan.ConnectionName(peer); err == nil {
+	if name, err := swanconf.ConnectionName(peer); err == nil {
 		return name
 	}
 	return peer

@@ -97,7 +97,7 @@ the commands that roll it back.`,
 			case "none":
 				f.apply = true
 			case "client", "server":
-				if f.apply {
+				if f.apply && cmd.Flags().Changed("dry-run") {
 					return fmt.Errorf("--dry-run=%s and --apply: choose one", f.dryRun)
 				}
 			default:

@@ -2,14 +2,11 @@ package controller_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
@@ -24,7 +21,7 @@ func TestPublishedExamplesApply(t *testing.T) {
 	ns := namespace(t)
 	applied := 0
 	for _, path := range paths {
-		for _, obj := range manifests(t, path) {
+		for _, obj := range objectsIn(t, path) {
 			obj.SetNamespace(ns)
 			if err := env.Client.Create(context.Background(), obj, client.DryRunAll); err != nil {
 				t.Errorf("%s: %s %s refused: %v", filepath.Base(path), obj.GetKind(), obj.GetName(), err)
@@ -39,23 +36,14 @@ func TestPublishedExamplesApply(t *testing.T) {
 	}
 }
 
-// manifests are the objects of a multi-document YAML file (Kustomizations left out).
-func manifests(t *testing.T, path string) []*unstructured.Unstructured {
+// objectsIn are the objects of a YAML file but a Kustomization.
+func objectsIn(t *testing.T, path string) []*unstructured.Unstructured {
 	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []*unstructured.Unstructured
-	for _, doc := range strings.Split(string(raw), "\n---") {
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
-			t.Fatalf("%s: %v", filepath.Base(path), err)
+	for _, obj := range readYAML(t, path) {
+		if obj.GetKind() != "Kustomization" {
+			out = append(out, obj)
 		}
-		if len(obj.Object) == 0 || obj.GetKind() == "Kustomization" {
-			continue
-		}
-		out = append(out, obj)
 	}
 	return out
 }
@@ -66,7 +54,7 @@ func TestSamplesApply(t *testing.T) {
 	ns := namespace(t)
 	applied := 0
 	for _, path := range paths {
-		for _, obj := range manifests(t, path) {
+		for _, obj := range objectsIn(t, path) {
 			obj.SetNamespace(ns)
 			if err := env.Client.Create(context.Background(), obj, client.DryRunAll); err != nil {
 				t.Errorf("%s: %s %s refused: %v", filepath.Base(path), obj.GetKind(), obj.GetName(), err)

@@ -251,11 +251,16 @@ func TestContainersUnprivilegedWithListedCapabilitiesOnly(t *testing.T) {
 				if sc.RunAsUser != nil || sc.ProcMount != nil || sc.SELinuxOptions != nil {
 					t.Errorf("%s: unexpected securityContext settings", name)
 				}
+				// each container's resources: the admin's (Options.Pod.Resources), else the defaults
+				wantRes := DefaultResources()
+				if tc.opts.Pod.Resources != nil {
+					wantRes = *tc.opts.Pod.Resources
+				}
 				r := ctr.Resources
 				if r == nil || r.Requests == nil || r.Limits == nil ||
-					r.Requests.Cpu().String() != "50m" || r.Requests.Memory().String() != "64Mi" ||
-					r.Limits.Memory().String() != "256Mi" {
-					t.Errorf("%s: resources %+v", name, r)
+					r.Requests.Cpu().String() != wantRes.Requests.Cpu().String() || r.Requests.Memory().String() != wantRes.Requests.Memory().String() ||
+					r.Limits.Memory().String() != wantRes.Limits.Memory().String() {
+					t.Errorf("%s: resources %v %v, want %v %v", name, *r.Requests, *r.Limits, wantRes.Requests, wantRes.Limits)
 				}
 			}
 			for name := range tc.want {

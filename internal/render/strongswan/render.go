@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
@@ -116,7 +115,7 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 			continue
 		}
 		pf := fmt.Sprintf("peers[%q]", p.Name)
-		name, err := ConnectionName(p.Name)
+		name, err := swanconf.ConnectionName(p.Name)
 		if err != nil {
 			return nil, &FieldError{Field: pf + ".name", Err: err}
 		}
@@ -268,19 +267,6 @@ func actionsFor(remoteAddress, dpdAction string) (start, dpd, closeAction string
 		return "none", "clear", "none"
 	}
 	return "trap|start", dpdAction, "start"
-}
-
-// ConnectionName maps a peer name (a Kubernetes object name: lowercase DNS subdomain) to the
-// name of its connection in the gateway's charon: a name the settings syntax accepts.
-func ConnectionName(peer string) (string, error) {
-	if len(peer) > 253 || !dnsSubdomain.MatchString(peer) {
-		return "", fmt.Errorf("%q is not a Kubernetes object name (lowercase DNS subdomain)", peer)
-	}
-	name := strings.ReplaceAll(peer, ".", "_")
-	if err := swanconf.CheckName(name); err != nil {
-		return "", err
-	}
-	return name, nil
 }
 
 var (

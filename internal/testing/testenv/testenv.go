@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,11 +34,26 @@ type Env struct {
 	dataDir string
 }
 
-// RepoRoot is the repository's top directory.
+// RepoRoot is the repository's top directory: the nearest directory above the working
+// directory (go test runs a package's tests in its own directory) whose go.mod is this module's.
+// It does not ask the compiler where a source file was: make test builds with -trimpath.
 func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+	wd, err := os.Getwd()
+	if err != nil {
+		panic(fmt.Sprintf("testenv.RepoRoot: %v", err))
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(b, []byte("module "+module+"\n")) {
+			return dir
+		}
+		if filepath.Dir(dir) == dir {
+			panic(fmt.Sprintf("testenv.RepoRoot: no go.mod of %s above %s", module, wd))
+		}
+	}
 }
+
+// module is the repository's Go module.
+const module = "github.com/bnerd/bnerd-vpn-operator"
 
 // assets finds the kube-apiserver and etcd binaries.
 func assets() (string, error) {

@@ -10,6 +10,7 @@ package swanconf
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -130,3 +131,18 @@ func CheckComment(s string) error {
 	}
 	return nil
 }
+
+// ConnectionName maps a peer name (a Kubernetes object name: lowercase DNS subdomain) to the
+// name of its connection in the gateway's charon: a name the settings syntax accepts.
+func ConnectionName(peer string) (string, error) {
+	if len(peer) > 253 || !dnsSubdomain.MatchString(peer) {
+		return "", fmt.Errorf("%q is not a Kubernetes object name (lowercase DNS subdomain)", peer)
+	}
+	name := strings.ReplaceAll(peer, ".", "_")
+	if err := CheckName(name); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+var dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
