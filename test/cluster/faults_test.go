@@ -43,8 +43,9 @@ const (
 
 // probeResult is one request through a tunnel: when it was sent and whether it was answered.
 type probeResult struct {
-	at time.Time
-	ok bool
+	at  time.Time
+	ok  bool
+	why string // a failed probe's curl error (its exit code names the kind: 28 a timeout, 7 refused, 56 reset)
 }
 
 // prober sends a request from a site's LAN host through its tunnel every probeInterval, each in
@@ -66,6 +67,7 @@ type probeSummary struct {
 	total, failed  int
 	longestOutage  time.Duration
 	longestStarted time.Time
+	why            []string // the first failed probes' errors, with when they were sent
 }
 
 func (s probeSummary) String() string {
@@ -92,9 +94,13 @@ func startProber(site string, i int, url string) *prober {
 				p.wg.Add(1)
 				go func() {
 					defer p.wg.Done()
-					err := exec.Command("ip", p.args...).Run()
+					out, err := exec.Command("ip", p.args...).CombinedOutput()
+					why := ""
+					if err != nil {
+						why = strings.TrimSpace(fmt.Sprintf("%v: %s", err, out))
+					}
 					p.mu.Lock()
-					p.res = append(p.res, probeResult{at: at, ok: err == nil})
+					p.res = append(p.res, probeResult{at: at, ok: err == nil, why: why})
 					p.mu.Unlock()
 				}()
 			}
@@ -117,6 +123,9 @@ func (p *prober) finish() probeSummary {
 		switch {
 		case !r.ok:
 			s.failed++
+			if len(s.why) < 3 {
+				s.why = append(s.why, r.at.Format("15:04:05.000")+" "+r.why)
+			}
 			if failStart.IsZero() {
 				failStart = r.at
 			}
@@ -187,7 +196,7 @@ func withProbes(t *testing.T, fault string, sites []faultSite, f func(t *testing
 		case s.total < 10:
 			t.Errorf("%s: %s: too few probes ran", fault, s.site)
 		case goal == 0 && s.failed > 0:
-			t.Errorf("%s: %s: %d failed probes (goal: none; longest outage from %+.1fs)", fault, s.site, s.failed, s.longestStarted.Sub(t0).Seconds())
+			t.Errorf("%s: %s: %d failed probes (goal: none; longest outage from %+.1fs): %s", fault, s.site, s.failed, s.longestStarted.Sub(t0).Seconds(), strings.Join(s.why, "; "))
 		case s.longestOutage.Round(probeInterval) > goal: // measured in probe intervals: 5 lost probes are 1.0 s
 			t.Errorf("%s: %s: longest outage %s > %s (from %+.1fs)", fault, s.site, s.longestOutage.Round(time.Millisecond), goal, s.longestStarted.Sub(t0).Seconds())
 		case s.failed > 0:
