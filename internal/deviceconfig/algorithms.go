@@ -2,6 +2,7 @@ package deviceconfig
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -70,6 +71,9 @@ type Algorithm struct {
 	// Aliases are further words for the algorithm in parameter sheets and vendor UIs; they are
 	// compared after normalize (lowercase, without '-', '_', ' ', '/' and '.').
 	Aliases []string
+	// Weak says why the algorithm should not be chosen for a tunnel ("": it is not weak). A weak
+	// row stays in the table for the devices that can do no better; see also Weakness.
+	Weak string
 	// vendor names, by vendor; a vendor missing from the map cannot do the algorithm at all.
 	vendor map[string]names
 }
@@ -136,7 +140,7 @@ var algorithms = []Algorithm{
 			vLibreswan: both("chacha20_poly1305"),
 		}},
 	// --- integrity ---
-	{Name: "sha1", Kind: Integrity, Bits: 160,
+	{Name: "sha1", Kind: Integrity, Bits: 160, Weak: "SHA-1 is deprecated",
 		Aliases: []string{"sha", "sha1", "hmacsha1", "hmacsha196", "sha196", "sha160"},
 		vendor: map[string]names{
 			vFortigate: both("sha1"), vPfsense: {"sha1", "hmac_sha1"}, vMikrotik: both("sha1"),
@@ -165,7 +169,7 @@ var algorithms = []Algorithm{
 			vJunos: {"sha-512", "hmac-sha-512-256"}, vPaloalto: both("sha512"), vLibreswan: both("sha2_512"),
 		}},
 	// --- PRF (IKE only) ---
-	{Name: "prfsha1", Kind: PRF, Bits: 160,
+	{Name: "prfsha1", Kind: PRF, Bits: 160, Weak: "SHA-1 is deprecated",
 		Aliases: []string{"prfsha1", "prfhmacsha1", "hmacsha1prf"},
 		vendor: map[string]names{
 			vFortigate: {"prfsha1", ""}, vPfsense: {"sha1", ""}, vMikrotik: {"sha1", ""},
@@ -194,8 +198,8 @@ var algorithms = []Algorithm{
 			vPaloalto: {"sha512", ""}, vLibreswan: {"sha2_512", ""},
 		}},
 	// --- Diffie-Hellman groups (IKE, and ESP for PFS) ---
-	dhRow("modp1024", 2, "", []string{"dh2", "modp1024"}),
-	dhRow("modp1536", 5, "modp1536", []string{"dh5"}),
+	weak(dhRow("modp1024", 2, "", []string{"dh2", "modp1024"}), "DH group 2 (modp1024) is too small"),
+	weak(dhRow("modp1536", 5, "modp1536", []string{"dh5"}), "DH group 5 (modp1536) is too small"),
 	dhRow("modp2048", 14, "modp2048", []string{"dh14"}),
 	dhRow("modp3072", 15, "modp3072", []string{"dh15"}),
 	dhRow("modp4096", 16, "modp4096", []string{"dh16"}),
@@ -225,27 +229,51 @@ func dhRow(name string, group int, libreswan string, aliases []string) Algorithm
 		Aliases: append([]string{"group" + n, n, "modpgroup" + n, "dhgroup" + n}, aliases...), vendor: v}
 }
 
+// weak marks a row as weak, with the reason.
+func weak(a Algorithm, why string) Algorithm {
+	a.Weak = why
+	return a
+}
+
 // refused are words for algorithms the operator will not negotiate, with the reason.
 var refused = map[string]string{
-	"des":         "DES is broken",
-	"descbc":      "DES is broken",
-	"3des":        "3DES is deprecated (64-bit blocks, Sweet32) and not offered by the gateway",
-	"3descbc":     "3DES is deprecated (64-bit blocks, Sweet32) and not offered by the gateway",
-	"tripledes":   "3DES is deprecated (64-bit blocks, Sweet32) and not offered by the gateway",
-	"blowfish":    "Blowfish is not offered by the gateway",
-	"cast128":     "CAST-128 is not offered by the gateway",
-	"null":        "null encryption is not allowed",
-	"md5":         "MD5 is broken",
-	"hmacmd5":     "MD5 is broken",
-	"hmacmd596":   "MD5 is broken",
-	"aesxcbc":     "AES-XCBC is not offered",
-	"group1":      "DH group 1 (modp768) is broken",
-	"modp768":     "DH group 1 (modp768) is broken",
-	"1":           "DH group 1 (modp768) is broken",
-	"aes128gcm8":  "AES-GCM with an 8-octet ICV is not offered: use the 16-octet variant (aes128gcm16)",
-	"aes256gcm8":  "AES-GCM with an 8-octet ICV is not offered: use the 16-octet variant (aes256gcm16)",
-	"aes128gcm12": "AES-GCM with a 12-octet ICV is not offered: use the 16-octet variant (aes128gcm16)",
-	"aes256gcm12": "AES-GCM with a 12-octet ICV is not offered: use the 16-octet variant (aes256gcm16)",
+	"des":          "DES is broken",
+	"descbc":       "DES is broken",
+	"3des":         "3DES is deprecated (64-bit blocks, Sweet32) and not offered by the gateway",
+	"3descbc":      "3DES is deprecated (64-bit blocks, Sweet32) and not offered by the gateway",
+	"tripledes":    "3DES is deprecated (64-bit blocks, Sweet32) and not offered by the gateway",
+	"blowfish":     "Blowfish is not offered by the gateway",
+	"blowfish128":  "Blowfish is not offered by the gateway",
+	"blowfish192":  "Blowfish is not offered by the gateway",
+	"blowfish256":  "Blowfish is not offered by the gateway",
+	"cast128":      "CAST-128 is not offered by the gateway",
+	"null":         "null encryption is not allowed",
+	"md5":          "MD5 is broken",
+	"hmacmd5":      "MD5 is broken",
+	"hmacmd596":    "MD5 is broken",
+	"prfmd5":       "MD5 is broken",
+	"aesxcbc":      "AES-XCBC is not offered",
+	"group1":       "DH group 1 (modp768) is broken",
+	"modp768":      "DH group 1 (modp768) is broken",
+	"1":            "DH group 1 (modp768) is broken",
+	"modp1024s160": "DH group 22 (modp1024s160) is too small",
+	"aes128gcm8":   "AES-GCM with an 8-octet ICV is not offered: use the 16-octet variant (aes128gcm16)",
+	"aes256gcm8":   "AES-GCM with an 8-octet ICV is not offered: use the 16-octet variant (aes256gcm16)",
+	"aes128gcm12":  "AES-GCM with a 12-octet ICV is not offered: use the 16-octet variant (aes128gcm16)",
+	"aes256gcm12":  "AES-GCM with a 12-octet ICV is not offered: use the 16-octet variant (aes256gcm16)",
+}
+
+// synonyms are strongSwan's own further keywords for an algorithm, to its canonical keyword
+// (also for algorithms the table does not list: a configured proposal may name them).
+var synonyms = map[string]string{
+	"aes": "aes128",
+	"sha": "sha1", "sha1_96": "sha1",
+	"sha2_256": "sha256", "sha256_128": "sha256",
+	"sha2_384": "sha384", "sha384_192": "sha384",
+	"sha2_512": "sha512", "sha512_256": "sha512",
+	"prfsha2_256": "prfsha256", "prfsha2_384": "prfsha384", "prfsha2_512": "prfsha512",
+	"aes128gcm128": "aes128gcm16", "aes192gcm128": "aes192gcm16", "aes256gcm128": "aes256gcm16",
+	"x25519": "curve25519", "x448": "curve448",
 }
 
 var byName = func() map[string]*Algorithm {
@@ -253,16 +281,65 @@ var byName = func() map[string]*Algorithm {
 	for i := range algorithms {
 		m[algorithms[i].Name] = &algorithms[i]
 	}
-	// strongSwan's own synonyms
-	m["sha2_256"], m["sha256_128"] = m["sha256"], m["sha256"]
-	m["sha2_384"], m["sha384_192"] = m["sha384"], m["sha384"]
-	m["sha2_512"], m["sha512_256"] = m["sha512"], m["sha512"]
-	m["sha"], m["sha1_96"] = m["sha1"], m["sha1"]
-	m["aes128gcm128"], m["aes192gcm128"], m["aes256gcm128"] = m["aes128gcm16"], m["aes192gcm16"], m["aes256gcm16"]
-	m["x25519"] = m["curve25519"]
-	m["prfsha2_256"], m["prfsha2_384"], m["prfsha2_512"] = m["prfsha256"], m["prfsha384"], m["prfsha512"]
+	for word, name := range synonyms {
+		if a := m[name]; a != nil {
+			m[word] = a
+		}
+	}
 	return m
 }()
+
+// Weakness says why the algorithm of a strongSwan keyword (canonical, as Transforms hold
+// them) should not be negotiated: a word the operator refuses, or a weak row of the table.
+// weak is false for every other algorithm, known or not.
+func Weakness(keyword string) (why string, weak bool) {
+	if a := byName[keyword]; a != nil {
+		return a.Weak, a.Weak != ""
+	}
+	why, weak = refused[normalize(keyword)]
+	return why, weak
+}
+
+// charonTransforms translate the transform names of charon's log (a proposal as it prints
+// it: IKE:AES_GCM_16_256/PRF_HMAC_SHA2_256/ECP_256) into strongSwan keywords. They are the
+// two notations' grammar, key lengths and ICV sizes carried over, not a list of algorithms:
+// the keyword names the algorithm in the table, refused, or neither.
+var charonTransforms = []struct {
+	re   *regexp.Regexp
+	kind Kind
+	kw   string // ${1}, ${2}: the captures
+}{
+	{regexp.MustCompile(`^AES_CBC_(\d+)$`), Encryption, "aes${1}"},
+	{regexp.MustCompile(`^AES_GCM_(8|12|16)_(\d+)$`), Encryption, "aes${2}gcm${1}"},
+	{regexp.MustCompile(`^AES_CCM_(8|12|16)_(\d+)$`), Encryption, "aes${2}ccm${1}"},
+	{regexp.MustCompile(`^AES_CTR_(\d+)$`), Encryption, "aes${1}ctr"},
+	{regexp.MustCompile(`^CAMELLIA_CBC_(\d+)$`), Encryption, "camellia${1}"},
+	{regexp.MustCompile(`^CHACHA20_POLY1305(?:_256)?$`), Encryption, "chacha20poly1305"},
+	{regexp.MustCompile(`^3DES_CBC$`), Encryption, "3des"},
+	{regexp.MustCompile(`^DES_CBC$`), Encryption, "des"},
+	{regexp.MustCompile(`^BLOWFISH_CBC_(\d+)$`), Encryption, "blowfish${1}"},
+	{regexp.MustCompile(`^CAST_CBC(?:_\d+)?$`), Encryption, "cast128"},
+	{regexp.MustCompile(`^NULL$`), Encryption, "null"},
+	{regexp.MustCompile(`^HMAC_MD5_96$`), Integrity, "md5"},
+	{regexp.MustCompile(`^HMAC_SHA1_96$`), Integrity, "sha1"},
+	{regexp.MustCompile(`^HMAC_SHA1_160$`), Integrity, "sha1_160"},
+	{regexp.MustCompile(`^HMAC_SHA2_256_128$`), Integrity, "sha256"},
+	{regexp.MustCompile(`^HMAC_SHA2_256_96$`), Integrity, "sha256_96"},
+	{regexp.MustCompile(`^HMAC_SHA2_384_192$`), Integrity, "sha384"},
+	{regexp.MustCompile(`^HMAC_SHA2_512_256$`), Integrity, "sha512"},
+	{regexp.MustCompile(`^AES_XCBC_96$`), Integrity, "aesxcbc"},
+	{regexp.MustCompile(`^AES_CMAC_96$`), Integrity, "aescmac"},
+	{regexp.MustCompile(`^PRF_HMAC_MD5$`), PRF, "prfmd5"},
+	{regexp.MustCompile(`^PRF_HMAC_SHA1$`), PRF, "prfsha1"},
+	{regexp.MustCompile(`^PRF_HMAC_SHA2_(256|384|512)$`), PRF, "prfsha${1}"},
+	{regexp.MustCompile(`^PRF_AES128_XCBC$`), PRF, "prfaesxcbc"},
+	{regexp.MustCompile(`^PRF_AES128_CMAC$`), PRF, "prfaescmac"},
+	{regexp.MustCompile(`^MODP_(\d+)$`), DH, "modp${1}"},
+	{regexp.MustCompile(`^MODP_(\d+)_(\d+)$`), DH, "modp${1}s${2}"},
+	{regexp.MustCompile(`^ECP_(\d+)$`), DH, "ecp${1}"},
+	{regexp.MustCompile(`^ECP_(\d+)_BP$`), DH, "ecp${1}bp"},
+	{regexp.MustCompile(`^CURVE_(25519|448)$`), DH, "curve${1}"},
+}
 
 // byKindAlias maps normalized sheet words to algorithms, per kind (a word such as "sha256"
 // names an integrity algorithm in one column and a PRF in another).
