@@ -13,7 +13,7 @@ flock 9
 if [ ! -x "$dir/helm" ]; then
   echo "helm.sh: building helm $HELM_VERSION from the Go module proxy (once)" >&2
   tmp=$(mktemp -d)
-  GOBIN="$tmp" CGO_ENABLED=0 go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2
+  GOBIN="$tmp" CGO_ENABLED=0 go install -trimpath "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2
   mkdir -p "$dir"
   mv "$tmp/helm" "$dir/helm"
   rm -rf "$tmp"

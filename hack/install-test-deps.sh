@@ -187,5 +187,5 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 echo "install-test-deps: installing ${missing[*]}" >&2
-DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
+DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >&2

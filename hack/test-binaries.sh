@@ -17,9 +17,9 @@ log() { echo "test-binaries: $*" >&2; }
 apt_install() {
   if [ "$(id -u)" != 0 ]; then log "need root to apt-get install $*"; exit 1; fi
   if [ ! -f /tmp/.bnerd-apt-updated ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 && touch /tmp/.bnerd-apt-updated
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >&2 && touch /tmp/.bnerd-apt-updated
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@" >&2
 }
 
 # etcd: Debian's etcd-server (3.4; works with kube-apiserver 1.37 under envtest).

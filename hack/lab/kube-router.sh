@@ -14,7 +14,7 @@ if [ ! -x "$dir/kube-router" ]; then
   tmp="$dir.tmp.$$"
   rm -rf "$tmp"; mkdir -p "$tmp"
   trap 'rm -rf "$tmp"' EXIT
-  (cd "$root" && GOBIN="$tmp" GOFLAGS=-buildvcs=false go install -trimpath \
+  (cd "$root" && GOBIN="$tmp" GOFLAGS=-buildvcs=false CGO_ENABLED=0 go install -trimpath \
     -ldflags "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$v" \
     "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$v") >&2
   mkdir -p "$dir"

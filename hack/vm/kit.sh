@@ -28,7 +28,7 @@ if [ -z "$pkg" ]; then
   latest=$(ls -d "$base"/kit-*/ 2>/dev/null | sort -V | tail -1)
   if [ -n "$latest" ] && [ -f "$latest/ok" ]; then echo "${latest%/}"; exit 0; fi
   $check && { log "cannot resolve linux-image-amd64 (apt-get update) and no kit is built"; exit 1; }
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
   pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
 fi
 ver=$(apt-cache policy "$pkg" 2>/dev/null | awk '/Candidate:/ {print $2; exit}')
@@ -64,7 +64,7 @@ if [ ! -f "$deb" ]; then
   log "downloading $pkg $ver (~70 MB, once)"
   mkdir -p "$base/debs"
   (cd "$w" && apt-get download "$pkg=$ver" >/dev/null 2>&1) || {
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
     (cd "$w" && apt-get download "$pkg=$ver" >&2)
   }
   mv "$w"/"${pkg}"_*.deb "$deb.tmp" && mv "$deb.tmp" "$deb"
