@@ -12,6 +12,43 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/golden"
 )
 
+// tsLines prefixes each line with the API server's timestamp (timestamps=true), one second
+// apart from base.
+func tsLines(base time.Time, lines ...string) []byte {
+	var b strings.Builder
+	for i, l := range lines {
+		b.WriteString(base.Add(time.Duration(i) * time.Second).UTC().Format(time.RFC3339Nano))
+		b.WriteString(" ")
+		b.WriteString(l)
+		b.WriteString("\n")
+	}
+	return []byte(b.String())
+}
+
+const secretValue = "lab-hq-SuperSecret0123456789"
+
+// What charon and the agent may log around a key, at debug levels or by mistake: none of it
+// may reach diagnose's output.
+var secretLines = struct{ charon, agent []string }{
+	charon: []string{
+		`11[CFG] <hq|9> loaded IKE shared key with id 'hq-psk' for: 'hq.acme.example'`,
+		`11[LIB] <hq|9> psk = ` + secretValue,
+		`11[IKE] <hq|9> shared key => 0x` + "6c61622d68712d5375706572536563726574",
+		`11[CFG] <hq|9> received proposals: IKE:` + secretValue,
+		`11[CFG] <hq|9> secret: "` + secretValue + `"`,
+		`11[IKE] <9> ` + secretValue + ` is initiating an IKE_SA`,
+		secretValue,
+		`11[CFG] <hq|9> configured proposals: IKE:AES_CBC_256/HMAC_SHA2_256_128/PRF_HMAC_SHA2_256/MODP_2048 ` + secretValue,
+	},
+	agent: []string{
+		`{"level":"error","ts":"2025-01-01T12:00:00Z","msg":"applying configuration failed; keeping the last good one","error":"psk ` + secretValue + ` rejected","retryIn":"2s"}`,
+		`{"level":"error","ts":"2025-01-01T12:00:00Z","msg":"` + secretValue + ` leaked"}`,
+		`{"level":"info","ts":"2025-01-01T12:00:00Z","msg":"tunnel negotiation failed","connection":"hq","state":"AuthFailed","message":"secret ` + secretValue + `"}`,
+		`{"level":"error","ts":"2025-01-01T12:00:00Z","msg":"initiate failed","connection":"hq","state":"` + secretValue + ` x"}`,
+		`panic: ` + secretValue,
+	},
+}
+
 // acmeCharon is charon's log in acme-gw's pod: hq's tunnel up, mismatch's device proposing
 // what the gateway does not allow (it answers NO_PROPOSAL_CHOSEN to the gateway's own
 // initiations too), and lines that must never be shown.

@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/kubectlvpn/status"
 )
 
 // kubectl vpn status lists the legacy IPsecGateways after the VPNGateways (conditions,
@@ -55,7 +57,7 @@ func TestStatusListsIPsecGateways(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep statusReport
+	var rep status.Report
 	if err := json.Unmarshal([]byte(js), &rep); err != nil || len(rep.Gateways) != 0 || len(rep.IPsecGateways) != 1 {
 		t.Fatalf("%v %s", err, js)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -9,9 +10,11 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/kube"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kubectlvpn/gateways"
 	buildversion "github.com/bnerd/bnerd-vpn-operator/internal/version"
 )
 
@@ -21,7 +24,7 @@ type options struct {
 	streams genericiooptions.IOStreams
 	// newClient, newAgentAccess and now are replaceable in tests.
 	newClient      func() (client.Client, error)
-	newAgentAccess func() (agentAccess, error)
+	newAgentAccess func() (gateways.AgentAccess, error)
 	now            func() time.Time
 }
 
@@ -78,6 +81,41 @@ func (o *options) explicitNamespace() string {
 	return ""
 }
 
+// agentAccess reaches the gateway pods' agents through the API server.
+func (o *options) agentAccess() (gateways.AgentAccess, error) {
+	cfg, err := o.flags.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return gateways.APIServerAccess(cs), nil
+}
+
+// kubectl is the kubectl command line with the --kubeconfig and --context this run was given.
+func (o *options) kubectl() string {
+	out := "kubectl"
+	if f := o.flags; f != nil {
+		if f.KubeConfig != nil && *f.KubeConfig != "" {
+			out += " --kubeconfig " + *f.KubeConfig
+		}
+		if f.Context != nil && *f.Context != "" {
+			out += " --context " + *f.Context
+		}
+	}
+	return out
+}
+
 func warnf(o *options, format string, args ...any) {
 	fmt.Fprintf(o.streams.ErrOut, "warning: "+format+"\n", args...)
+}
+
+// contextOf is the command's context, or a background one when it was run without.
+func contextOf(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
 }

@@ -24,6 +24,8 @@ import (
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/kube"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kubectlvpn/gateways"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kubectlvpn/status"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/golden"
 )
@@ -92,7 +94,7 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 
 // runWith executes kubectl-vpn in-process with a fixed clock and the given pod access (nil:
 // the API server's, as the plugin does), every request recorded in reqs.
-func runWith(t *testing.T, access agentAccess, reqs *requestLog, args ...string) (string, string, error) {
+func runWith(t *testing.T, access gateways.AgentAccess, reqs *requestLog, args ...string) (string, string, error) {
 	t.Helper()
 	if env == nil {
 		t.Skip("no API server (KUBECTL_VPN_NO_ENVTEST)")
@@ -105,12 +107,12 @@ func runWith(t *testing.T, access agentAccess, reqs *requestLog, args ...string)
 		o.now = func() time.Time { return testNow }
 		cfg := reqs.wrap(env.Config)
 		o.newClient = func() (client.Client, error) { return client.New(cfg, client.Options{Scheme: kube.Scheme()}) }
-		o.newAgentAccess = func() (agentAccess, error) {
+		o.newAgentAccess = func() (gateways.AgentAccess, error) {
 			if access != nil {
 				return access, nil
 			}
 			cs, err := kubernetes.NewForConfig(cfg)
-			return apiAgentAccess{cs: cs}, err
+			return gateways.APIServerAccess(cs), err
 		}
 	})
 	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfig}, args...))
@@ -308,7 +310,7 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden.Assert(t, "status.json", []byte(js))
-	var rep statusReport
+	var rep status.Report
 	if err := json.Unmarshal([]byte(js), &rep); err != nil || len(rep.Gateways) != 2 || rep.Gateways[0].Name != "acme-gw" {
 		t.Fatalf("%v %+v", err, rep)
 	}
@@ -459,7 +461,7 @@ func TestStatusThroughPodProxy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
-	var rep statusReport
+	var rep status.Report
 	if err := json.Unmarshal([]byte(js), &rep); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package diagnose
 
 import (
 	"fmt"
@@ -12,12 +12,17 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/deviceconfig"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kubectlvpn/gateways"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kubectlvpn/status"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 )
 
 // The verdicts are pure functions of what diagnose collected (conditions, events, the agent's
-// metrics, log lines): table-tested in verdict_test.go.
+// metrics, log lines): one small check per rule, applied in order (table-tested in
+// checks_test.go). A gateway's checks and a peer's each read their facts, what was collected
+// and what follows from it, and say what they find.
 
 // Severities.
 const (
@@ -39,11 +44,33 @@ type finding struct {
 	Next    string `json:"next,omitempty"`
 }
 
-// sortFindings orders findings most severe first, keeping the rules' order among equals; the
+// sortFindings orders findings most severe first, keeping the checks' order among equals; the
 // first is the verdict.
 func sortFindings(f []finding) []finding {
 	slices.SortStableFunc(f, func(a, b finding) int { return severityRank[a.Severity] - severityRank[b.Severity] })
 	return f
+}
+
+// check is one rule: what it finds in the facts F (nothing: the rule does not apply).
+type check[F any] func(*F) []finding
+
+// applyAll is the findings of every check, in the checks' order.
+func applyAll[F any](checks []check[F], f *F) []finding {
+	var out []finding
+	for _, c := range checks {
+		out = append(out, c(f)...)
+	}
+	return out
+}
+
+// firstOf is the findings of the first check that finds anything.
+func firstOf[F any](checks []check[F], f *F) []finding {
+	for _, c := range checks {
+		if out := c(f); len(out) > 0 {
+			return out
+		}
+	}
+	return nil
 }
 
 // eventFact is one Event on the gateway or a peer (core/v1 or events.k8s.io/v1).
@@ -57,6 +84,8 @@ type eventFact struct {
 	Name    string    `json:"name"`
 	Count   int32     `json:"count"`
 }
+
+// --- peers ---
 
 // peerEvidence is everything diagnose knows about one peer.
 type peerEvidence struct {
@@ -73,7 +102,7 @@ type peerEvidence struct {
 	IKEProposals, ESPProposals []string
 	Events                     []eventFact
 	// Metrics is the agent's view (nil: not read); Earlier an earlier sample Interval before.
-	Metrics, Earlier *peerMetrics
+	Metrics, Earlier *gateways.PeerMetrics
 	Interval         time.Duration
 	// Charon is the tail of charon's log (nil: not read); CharonLines how many were asked for.
 	Charon      []logLine
@@ -108,262 +137,365 @@ var noTunnelReasons = []string{
 	model.ReasonInvalidIdentity, model.ReasonCredentialsRefused,
 }
 
-// peerFindings is the verdict on one peer (first) and further findings.
-func peerFindings(e peerEvidence) []finding {
-	p, gw := e.Peer, e.Gateway
-	ns := p.Namespace
-	var out []finding
-
-	// A. authorization: the operator's word, else the model's
-	authz := meta.FindStatusCondition(p.Status.Conditions, vpnv1.ConditionAuthorized)
-	authorized, reason, message := e.Decision.Authorized, e.Decision.Reason, e.Decision.Message
-	if authz != nil {
-		authorized, reason, message = authz.Status == metav1.ConditionTrue, authz.Reason, authz.Message
-	}
-	if !authorized {
-		s := fmt.Sprintf("not authorized (%s): %s", reason, message)
-		if !slices.Contains(noTunnelReasons, reason) {
-			s += "; its tunnel may come up but reaches nothing"
-		}
-		out = append(out, finding{sevError, "NotAuthorized", s, authorizationNext(reason, gw, p, e.Offered)})
-	}
-	skipTunnel := !authorized && slices.Contains(noTunnelReasons, reason)
-
-	// B. credentials
-	ref := pskRef(p)
-	if c := meta.FindStatusCondition(p.Status.Conditions, conditionCredentialsReady); c != nil && c.Status != metav1.ConditionTrue {
-		out = append(out, finding{sevError, "CredentialsNotReady", fmt.Sprintf("credentials not ready (%s): %s", c.Reason, c.Message),
-			credentialsNext(c.Reason, ns, ref)})
-		skipTunnel = true
-	}
-
-	// C. the tunnel
-	if !skipTunnel {
-		out = append(out, tunnelFindings(&e)...)
-	}
-
-	// D. authorization drops
-	if m := e.Metrics; m != nil {
-		total := m.DropsIn + m.DropsOut
-		may := "it may reach nothing"
-		if authorized && len(e.Reaches) > 0 {
-			may = "it may reach only " + strings.Join(e.Reaches, ", ")
-		}
-		grant := fmt.Sprintf("grant more in spec.authorization.exposures of VPNPeer %s if it should reach more, else find what the client sends there", p.Name)
-		switch {
-		case e.Earlier != nil && total > e.Earlier.DropsIn+e.Earlier.DropsOut:
-			delta := total - e.Earlier.DropsIn - e.Earlier.DropsOut
-			out = append(out, finding{sevWarning, "DeniedTraffic",
-				fmt.Sprintf("the peer sends traffic it is not granted: %d packets dropped by authorization in %s (%d in, %d out since the agent started); %s",
-					delta, e.Interval, m.DropsIn, m.DropsOut, may), grant})
-		case total > 0:
-			when := ""
-			if e.Earlier != nil {
-				when = fmt.Sprintf(", none in the last %s", e.Interval)
-			}
-			out = append(out, finding{sevInfo, "DeniedTraffic",
-				fmt.Sprintf("%d packets dropped by authorization since the agent started (%d in, %d out%s); %s",
-					total, m.DropsIn, m.DropsOut, when, may), grant})
-		}
-	}
-	return sortFindings(out)
+// peerFacts are the evidence on a peer and what the peer's checks read from it.
+type peerFacts struct {
+	*peerEvidence
+	// authorized, reason and message: the operator's Authorized condition, else the model's
+	// decision.
+	authorized      bool
+	reason, message string
+	// credentials is the CredentialsReady condition when it is not True.
+	credentials *metav1.Condition
+	// conn is the Connected condition (nil: not reported); connReason and connMsg its reason
+	// and message.
+	conn                *metav1.Condition
+	connReason, connMsg string
+	// configure is the command that writes the client's configuration.
+	configure string
+	charon    charonFacts
 }
 
-// tunnelFindings judge the Connected condition with charon's log (IPsec) or the handshake
-// (WireGuard).
-func tunnelFindings(e *peerEvidence) []finding {
-	p, gw := e.Peer, e.Gateway
-	ns := p.Namespace
-	conn := meta.FindStatusCondition(p.Status.Conditions, vpnv1.ConditionConnected)
-	if conn != nil && conn.Status == metav1.ConditionTrue {
-		s := "tunnel established"
-		if t := p.Status.Tunnel; t != nil {
-			if t.EstablishedAt != nil {
-				s += " " + duration.HumanDuration(e.Now.Sub(t.EstablishedAt.Time)) + " ago"
-			}
-			s += fmt.Sprintf(" (%s in, %s out", humanBytes(t.BytesIn), humanBytes(t.BytesOut))
-			if t.LastHandshake != nil {
-				s += ", last handshake " + duration.HumanDuration(e.Now.Sub(t.LastHandshake.Time)) + " ago"
-			}
-			s += ")"
-		}
-		if len(e.Reaches) > 0 {
-			s += "; reaches " + strings.Join(e.Reaches, ", ")
-		}
-		return []finding{{sevOK, "Established", s, ""}}
-	}
-	connReason, connMsg := "", ""
-	if conn != nil {
-		connReason, connMsg = conn.Reason, conn.Message
-	}
-	configure := fmt.Sprintf("kubectl vpn peer-config %s -n %s --format <vendor> writes the client's configuration in its vendor's words", p.Name, ns)
+// charonFacts is what charon's log says about the peer's IKE_SAs, newest last.
+type charonFacts struct {
+	received                   *charonEntry
+	notifies                   map[string]bool
+	macMismatch, noKey, lookup *charonEntry
+	noPeerConfig, tsProblem    bool
+	gatewayRetries             bool
+	// packets are the IKE packets from the peer's remote address.
+	packets int
+}
 
-	if gw.Spec.Protocol == vpnv1.ProtocolWireGuard {
-		switch connReason {
-		case "":
-			return []finding{notReported(e)}
-		case "Connecting":
-			return []finding{{sevInfo, "Connecting", "the tunnel is being negotiated: " + connMsg, ""}}
-		}
-		last := "never"
-		if t := p.Status.Tunnel; t != nil && t.LastHandshake != nil {
-			last = duration.HumanDuration(e.Now.Sub(t.LastHandshake.Time)) + " ago"
-		}
-		port := int32(vpnv1.DefaultWireGuardListenPort)
-		if gw.Spec.WireGuard != nil && gw.Spec.WireGuard.ListenPort != 0 {
-			port = gw.Spec.WireGuard.ListenPort
-		}
-		peerKey := ""
-		if p.Spec.WireGuard != nil {
-			peerKey = p.Spec.WireGuard.PublicKey
-		}
-		return []finding{{sevError, "NoHandshake",
-			fmt.Sprintf("no WireGuard session with the client (%s: %s; last handshake %s)", connReason, connMsg, last),
-			fmt.Sprintf("check that the client reaches %s on UDP %d, that its [Peer] PublicKey is the gateway's %s, that its own key pair is the one of public key %s (spec.wireguard.publicKey) and that its AllowedIPs include %s; %s",
-				orDash(gw.Status.PublicAddress), port, orDash(gw.Status.WireGuardPublicKey), peerKey, orDash(gw.Status.ServiceCIDR), configure)}}
+func newPeerFacts(e *peerEvidence) *peerFacts {
+	p := e.Peer
+	f := &peerFacts{peerEvidence: e, authorized: e.Decision.Authorized, reason: e.Decision.Reason, message: e.Decision.Message}
+	if c := meta.FindStatusCondition(p.Status.Conditions, vpnv1.ConditionAuthorized); c != nil {
+		f.authorized, f.reason, f.message = c.Status == metav1.ConditionTrue, c.Reason, c.Message
 	}
+	if c := meta.FindStatusCondition(p.Status.Conditions, status.ConditionCredentialsReady); c != nil && c.Status != metav1.ConditionTrue {
+		f.credentials = c
+	}
+	f.conn = meta.FindStatusCondition(p.Status.Conditions, vpnv1.ConditionConnected)
+	if f.conn != nil {
+		f.connReason, f.connMsg = f.conn.Reason, f.conn.Message
+	}
+	f.configure = fmt.Sprintf("kubectl vpn peer-config %s -n %s --format <vendor> writes the client's configuration in its vendor's words", p.Name, p.Namespace)
+	f.charon = readCharon(e.peerCharon())
+	return f
+}
 
-	// IPsec: what charon's log says about this peer's IKE_SAs, newest last
-	sas := e.peerCharon()
-	var received *charonEntry
-	notifies := map[string]bool{}
-	var macMismatch, noKey, lookup *charonEntry
-	noPeerConfig, tsProblem, gatewayRetries := false, false, false
-	packets := 0
+func readCharon(sas []*ikeSA) charonFacts {
+	f := charonFacts{notifies: map[string]bool{}}
 	for _, sa := range sas {
-		packets += sa.packetsFromRemote
+		f.packets += sa.packetsFromRemote
 		for i := range sa.entries {
 			en := &sa.entries[i]
 			switch en.Shape {
 			case "proposals-received":
-				received = en
+				f.received = en
 			case "notify":
-				notifies[en.Values[0]] = true
+				f.notifies[en.Values[0]] = true
 			case "mac-mismatch":
-				macMismatch = en
+				f.macMismatch = en
 			case "no-shared-key":
-				noKey = en
+				f.noKey = en
 			case "peer-config-lookup":
-				lookup = en
+				f.lookup = en
 			case "no-peer-config":
-				noPeerConfig = true
+				f.noPeerConfig = true
 			case "ts-unacceptable", "no-ts":
-				tsProblem = true
+				f.tsProblem = true
 			case "initiating", "retransmit", "giving-up", "not-responding":
-				gatewayRetries = true
+				f.gatewayRetries = true
 			}
 		}
 	}
+	return f
+}
+
+// peerChecks are a peer's rules, in order.
+var peerChecks = []check[peerFacts]{
+	checkAuthorization,
+	checkCredentials,
+	checkTunnel,
+	checkDeniedTraffic,
+}
+
+// peerFindings is the verdict on one peer (first) and further findings.
+func peerFindings(e peerEvidence) []finding {
+	return sortFindings(applyAll(peerChecks, newPeerFacts(&e)))
+}
+
+// checkAuthorization: the operator's word, else the model's.
+func checkAuthorization(f *peerFacts) []finding {
+	if f.authorized {
+		return nil
+	}
+	s := fmt.Sprintf("not authorized (%s): %s", f.reason, f.message)
+	if !slices.Contains(noTunnelReasons, f.reason) {
+		s += "; its tunnel may come up but reaches nothing"
+	}
+	return []finding{{sevError, "NotAuthorized", s, authorizationNext(f.reason, f.Gateway, f.Peer, f.Offered)}}
+}
+
+func checkCredentials(f *peerFacts) []finding {
+	c := f.credentials
+	if c == nil {
+		return nil
+	}
+	return []finding{{sevError, "CredentialsNotReady", fmt.Sprintf("credentials not ready (%s): %s", c.Reason, c.Message),
+		credentialsNext(c.Reason, f.Peer.Namespace, gateways.PSKRef(f.Peer))}}
+}
+
+// tunnelChecks judge the Connected condition with charon's log (IPsec) or the handshake
+// (WireGuard): the first that finds anything is the tunnel's finding. wireGuardTunnel decides
+// every WireGuard tunnel; the checks after it are IPsec's, tunnelDown the last resort.
+var tunnelChecks = []check[peerFacts]{
+	tunnelEstablished,
+	wireGuardTunnel,
+	clientProposals,
+	trafficSelectors,
+	gatewayProposals,
+	authenticationFailed,
+	missingSecret,
+	connecting,
+	tunnelDown,
+}
+
+// checkTunnel judges the tunnel, unless the peer has none to judge: its authorization leaves
+// it without one, or its credentials are not ready.
+func checkTunnel(f *peerFacts) []finding {
+	if (!f.authorized && slices.Contains(noTunnelReasons, f.reason)) || f.credentials != nil {
+		return nil
+	}
+	return firstOf(tunnelChecks, f)
+}
+
+func tunnelEstablished(f *peerFacts) []finding {
+	if f.conn == nil || f.conn.Status != metav1.ConditionTrue {
+		return nil
+	}
+	s := "tunnel established"
+	if t := f.Peer.Status.Tunnel; t != nil {
+		if t.EstablishedAt != nil {
+			s += " " + duration.HumanDuration(f.Now.Sub(t.EstablishedAt.Time)) + " ago"
+		}
+		s += fmt.Sprintf(" (%s in, %s out", status.HumanBytes(t.BytesIn), status.HumanBytes(t.BytesOut))
+		if t.LastHandshake != nil {
+			s += ", last handshake " + duration.HumanDuration(f.Now.Sub(t.LastHandshake.Time)) + " ago"
+		}
+		s += ")"
+	}
+	if len(f.Reaches) > 0 {
+		s += "; reaches " + strings.Join(f.Reaches, ", ")
+	}
+	return []finding{{sevOK, "Established", s, ""}}
+}
+
+func wireGuardTunnel(f *peerFacts) []finding {
+	p, gw := f.Peer, f.Gateway
+	if gw.Spec.Protocol != vpnv1.ProtocolWireGuard {
+		return nil
+	}
+	switch f.connReason {
+	case "":
+		return []finding{notReported(f.peerEvidence)}
+	case "Connecting":
+		return []finding{{sevInfo, "Connecting", "the tunnel is being negotiated: " + f.connMsg, ""}}
+	}
+	last := "never"
+	if t := p.Status.Tunnel; t != nil && t.LastHandshake != nil {
+		last = duration.HumanDuration(f.Now.Sub(t.LastHandshake.Time)) + " ago"
+	}
+	port := int32(vpnv1.DefaultWireGuardListenPort)
+	if gw.Spec.WireGuard != nil && gw.Spec.WireGuard.ListenPort != 0 {
+		port = gw.Spec.WireGuard.ListenPort
+	}
+	peerKey := ""
+	if p.Spec.WireGuard != nil {
+		peerKey = p.Spec.WireGuard.PublicKey
+	}
+	return []finding{{sevError, "NoHandshake",
+		fmt.Sprintf("no WireGuard session with the client (%s: %s; last handshake %s)", f.connReason, f.connMsg, last),
+		fmt.Sprintf("check that the client reaches %s on UDP %d, that its [Peer] PublicKey is the gateway's %s, that its own key pair is the one of public key %s (spec.wireguard.publicKey) and that its AllowedIPs include %s; %s",
+			status.OrDash(gw.Status.PublicAddress), port, status.OrDash(gw.Status.WireGuardPublicKey), peerKey, status.OrDash(gw.Status.ServiceCIDR), f.configure)}}
+}
+
+// clientProposals: charon's log has what the client proposed and the gateway refused.
+func clientProposals(f *peerFacts) []finding {
+	if f.charon.received == nil {
+		return nil
+	}
+	p, gw := f.Peer, f.Gateway
+	client := deviceconfig.ParseCharonProposals(f.charon.received.Values[0])
+	proto, allowed, where := "IKE", f.IKEProposals, fmt.Sprintf("spec.ipsec.ike.proposals of VPNGateway %s (shared by all its peers)", gw.Name)
+	if len(client) > 0 && client[0].Protocol != "IKE" {
+		proto, allowed, where = client[0].Protocol, f.ESPProposals, fmt.Sprintf("spec.ipsec.esp.proposals of VPNPeer %s", p.Name)
+	}
+	gwProps := make([]deviceconfig.Transforms, len(allowed))
+	for i, a := range allowed {
+		gwProps[i] = deviceconfig.ReadProposal(proto, a)
+	}
+	next := "configure the client with one of the gateway's " + proto + " proposals: " + f.configure
+	if weak := weakIn(client); len(weak) > 0 {
+		next += fmt.Sprintf(" (the client's %s %s weak: do not add them to the gateway)", strings.Join(weak, ", "), isAre(len(weak)))
+	} else {
+		next += "; or, if the client's proposal is acceptable to you, add it to " + where
+	}
+	return []finding{{sevError, "NoProposalChosen",
+		fmt.Sprintf("%s: the client proposes %s; the gateway allows %s (%s)", proto, proposalList(client),
+			strings.Join(allowed, ", "), mismatch(client, gwProps)), next}}
+}
+
+func trafficSelectors(f *peerFacts) []finding {
+	if !f.charon.tsProblem && !f.charon.notifies["TS_UNACCEPTABLE"] && (f.connReason != "NoProposalChosen" || !strings.Contains(f.connMsg, "traffic selectors")) {
+		return nil
+	}
+	p, gw := f.Peer, f.Gateway
+	subnets := ""
+	if p.Spec.IPsec != nil {
+		subnets = strings.Join(p.Spec.IPsec.RemoteSubnets, ", ")
+	}
+	return []finding{{sevError, "TrafficSelectorsUnacceptable",
+		fmt.Sprintf("the client's networks do not match the tunnel's: the gateway carries %s (the client's local networks) to %s (its remote network)", subnets, status.OrDash(gw.Status.ServiceCIDR)),
+		fmt.Sprintf("configure the client's local networks as exactly %s and its remote network as %s; %s", subnets, status.OrDash(gw.Status.ServiceCIDR), f.configure)}}
+}
+
+// gatewayProposals: the client accepts none of the gateway's proposals.
+func gatewayProposals(f *peerFacts) []finding {
+	if f.connReason != "NoProposalChosen" && !f.charon.notifies["NO_PROPOSAL_CHOSEN"] {
+		return nil
+	}
+	s := fmt.Sprintf("the client accepts none of the gateway's proposals: the gateway proposes IKE %s, ESP %s",
+		strings.Join(f.IKEProposals, ", "), strings.Join(f.ESPProposals, ", "))
+	next := "configure the client to accept one of them: " + f.configure
+	if f.Charon == nil {
+		next += " (charon's log, not read here, would show what the client proposes)"
+	}
+	return []finding{{sevError, "NoProposalChosen", s, next}}
+}
+
+func authenticationFailed(f *peerFacts) []finding {
+	ch := f.charon
+	if f.connReason != "AuthFailed" && ch.macMismatch == nil && ch.noKey == nil && !ch.noPeerConfig && !ch.notifies["AUTHENTICATION_FAILED"] {
+		return nil
+	}
+	p, gw := f.Peer, f.Gateway
 	localID := model.GatewayLocalID(gw, gw.Status.PublicAddress)
 	remoteID := remoteIDOf(p)
-	address := p.Spec.IPsec.Peer.Address
-
+	secret := "the peer's Secret"
+	if ref := gateways.PSKRef(p); ref != nil {
+		secret = fmt.Sprintf("Secret %s (key %s)", ref.Name, ref.Key)
+	}
+	var s string
 	switch {
-	case received != nil:
-		client := parseCharonProposals(received.Values[0])
-		proto, allowed, where := "IKE", e.IKEProposals, fmt.Sprintf("spec.ipsec.ike.proposals of VPNGateway %s (shared by all its peers)", gw.Name)
-		if len(client) > 0 && client[0].Protocol != "IKE" {
-			proto, allowed, where = client[0].Protocol, e.ESPProposals, fmt.Sprintf("spec.ipsec.esp.proposals of VPNPeer %s", p.Name)
-		}
-		gwProps := make([]swanProposal, len(allowed))
-		for i, a := range allowed {
-			gwProps[i] = parseKeywordProposal(proto, a)
-		}
-		next := "configure the client with one of the gateway's " + proto + " proposals: " + configure
-		if weak := weakIn(client); len(weak) > 0 {
-			next += fmt.Sprintf(" (the client's %s %s weak: do not add them to the gateway)", strings.Join(weak, ", "), isAre(len(weak)))
-		} else {
-			next += "; or, if the client's proposal is acceptable to you, add it to " + where
-		}
-		return []finding{{sevError, "NoProposalChosen",
-			fmt.Sprintf("%s: the client proposes %s; the gateway allows %s (%s)", proto, proposalList(client),
-				strings.Join(allowed, ", "), mismatch(client, gwProps)), next}}
-
-	case tsProblem || notifies["TS_UNACCEPTABLE"] || (connReason == "NoProposalChosen" && strings.Contains(connMsg, "traffic selectors")):
-		subnets := ""
-		if p.Spec.IPsec != nil {
-			subnets = strings.Join(p.Spec.IPsec.RemoteSubnets, ", ")
-		}
-		return []finding{{sevError, "TrafficSelectorsUnacceptable",
-			fmt.Sprintf("the client's networks do not match the tunnel's: the gateway carries %s (the client's local networks) to %s (its remote network)", subnets, orDash(gw.Status.ServiceCIDR)),
-			fmt.Sprintf("configure the client's local networks as exactly %s and its remote network as %s; %s", subnets, orDash(gw.Status.ServiceCIDR), configure)}}
-
-	case connReason == "NoProposalChosen" || notifies["NO_PROPOSAL_CHOSEN"]:
-		s := fmt.Sprintf("the client accepts none of the gateway's proposals: the gateway proposes IKE %s, ESP %s",
-			strings.Join(e.IKEProposals, ", "), strings.Join(e.ESPProposals, ", "))
-		next := "configure the client to accept one of them: " + configure
-		if e.Charon == nil {
-			next += " (charon's log, not read here, would show what the client proposes)"
-		}
-		return []finding{{sevError, "NoProposalChosen", s, next}}
-
-	case connReason == "AuthFailed" || macMismatch != nil || noKey != nil || noPeerConfig || notifies["AUTHENTICATION_FAILED"]:
-		secret := "the peer's Secret"
-		if ref := pskRef(p); ref != nil {
-			secret = fmt.Sprintf("Secret %s (key %s)", ref.Name, ref.Key)
-		}
-		var s string
-		switch {
-		case macMismatch != nil:
-			s = fmt.Sprintf("the pre-shared keys differ: the gateway (%q) checked the client's (%q) authentication with the key of %s and it did not match",
-				macMismatch.Values[1], macMismatch.Values[2], secret)
-		case noKey != nil && model.NormalizeID(noKey.Values[1]) != model.NormalizeID(remoteID):
-			s = fmt.Sprintf("identity mismatch: the client presents itself as %q; the gateway expects %q", noKey.Values[1], remoteID)
-		case noKey != nil:
-			s = fmt.Sprintf("identity mismatch: the client addresses the gateway as %q; the gateway is %q", noKey.Values[0], localID)
-		case noPeerConfig && lookup != nil:
-			s = fmt.Sprintf("identity mismatch: the client presents itself as %q and expects the gateway as %q; this peer is %q and the gateway %q",
-				lookup.Values[3], lookup.Values[1], remoteID, localID)
-		case notifies["AUTHENTICATION_FAILED"]:
-			s = fmt.Sprintf("the client rejected the gateway's authentication: its key for the gateway differs from %s, or it expects the gateway as another identity than %q", secret, localID)
-		default:
-			s = "authentication failed: " + connMsg
-		}
-		return []finding{{sevError, "AuthenticationFailed", s,
-			fmt.Sprintf("on the client: local identity %q, remote identity %q, and the pre-shared key of %s — compare it there, never paste it anywhere; kubectl vpn peer-config %s -n %s --format <vendor> --include-secrets writes the device configuration with it",
-				remoteID, localID, secret, p.Name, ns)}}
-
-	case connReason == "MissingSecret":
-		return []finding{{sevError, "MissingSecret", "the gateway agent cannot read the key: " + connMsg, credentialsNext("SecretNotFound", ns, pskRef(p))}}
-
-	case connReason == "Connecting":
-		return []finding{{sevInfo, "Connecting", "the tunnel is being negotiated: " + connMsg, ""}}
+	case ch.macMismatch != nil:
+		s = fmt.Sprintf("the pre-shared keys differ: the gateway (%q) checked the client's (%q) authentication with the key of %s and it did not match",
+			ch.macMismatch.Values[1], ch.macMismatch.Values[2], secret)
+	case ch.noKey != nil && model.NormalizeID(ch.noKey.Values[1]) != model.NormalizeID(remoteID):
+		s = fmt.Sprintf("identity mismatch: the client presents itself as %q; the gateway expects %q", ch.noKey.Values[1], remoteID)
+	case ch.noKey != nil:
+		s = fmt.Sprintf("identity mismatch: the client addresses the gateway as %q; the gateway is %q", ch.noKey.Values[0], localID)
+	case ch.noPeerConfig && ch.lookup != nil:
+		s = fmt.Sprintf("identity mismatch: the client presents itself as %q and expects the gateway as %q; this peer is %q and the gateway %q",
+			ch.lookup.Values[3], ch.lookup.Values[1], remoteID, localID)
+	case ch.notifies["AUTHENTICATION_FAILED"]:
+		s = fmt.Sprintf("the client rejected the gateway's authentication: its key for the gateway differs from %s, or it expects the gateway as another identity than %q", secret, localID)
+	default:
+		s = "authentication failed: " + f.connMsg
 	}
+	return []finding{{sevError, "AuthenticationFailed", s,
+		fmt.Sprintf("on the client: local identity %q, remote identity %q, and the pre-shared key of %s — compare it there, never paste it anywhere; kubectl vpn peer-config %s -n %s --format <vendor> --include-secrets writes the device configuration with it",
+			remoteID, localID, secret, p.Name, p.Namespace)}}
+}
 
-	// Down, or not reported
+func missingSecret(f *peerFacts) []finding {
+	if f.connReason != "MissingSecret" {
+		return nil
+	}
+	return []finding{{sevError, "MissingSecret", "the gateway agent cannot read the key: " + f.connMsg, credentialsNext("SecretNotFound", f.Peer.Namespace, gateways.PSKRef(f.Peer))}}
+}
+
+func connecting(f *peerFacts) []finding {
+	if f.connReason != "Connecting" {
+		return nil
+	}
+	return []finding{{sevInfo, "Connecting", "the tunnel is being negotiated: " + f.connMsg, ""}}
+}
+
+// tunnelDown: down, or not reported, and nothing known failed; what charon's log says about
+// the client's packets.
+func tunnelDown(f *peerFacts) []finding {
+	p, gw := f.Peer, f.Gateway
+	ns := p.Namespace
 	var out []finding
-	if conn == nil {
-		out = append(out, notReported(e))
+	if f.conn == nil {
+		out = append(out, notReported(f.peerEvidence))
 	}
-	if e.Charon == nil {
-		if conn != nil {
-			out = append(out, finding{sevWarning, "Down", fmt.Sprintf("no tunnel (%s: %s); charon's log could not be read", connReason, connMsg),
+	if f.Charon == nil {
+		if f.conn != nil {
+			out = append(out, finding{sevWarning, "Down", fmt.Sprintf("no tunnel (%s: %s); charon's log could not be read", f.connReason, f.connMsg),
 				fmt.Sprintf("read charon's log: kubectl -n %s logs -l %s=%s -c %s", ns, children.LabelGateway, gw.Name, children.ContainerCharon)})
 		}
 		return out
+	}
+	address := ""
+	if p.Spec.IPsec != nil {
+		address = p.Spec.IPsec.Peer.Address
 	}
 	from := address
 	if address == "%any" {
 		from = "the client (any address)"
 	}
-	if packets == 0 {
-		s := fmt.Sprintf("no IKE packet from %s in the last %d lines of charon's log", from, e.CharonLines)
-		if gatewayRetries || strings.HasPrefix(connMsg, "no answer from") {
+	if f.charon.packets == 0 {
+		s := fmt.Sprintf("no IKE packet from %s in the last %d lines of charon's log", from, f.CharonLines)
+		if f.charon.gatewayRetries || strings.HasPrefix(f.connMsg, "no answer from") {
 			s += "; the gateway's own initiations get no answer"
 		}
 		next := fmt.Sprintf("check that the client reaches %s on UDP 500 and 4500 (firewalls and security groups on the way, the client's NAT), that its outside address is %s (spec.ipsec.peer.address) and that it initiates",
-			orDash(gw.Status.PublicAddress), address)
+			status.OrDash(gw.Status.PublicAddress), address)
 		if address == "%any" {
-			next = fmt.Sprintf("check that the client reaches %s on UDP 500 and 4500 (firewalls and security groups on the way, the client's NAT) and that it initiates: with address %%any only the client can", orDash(gw.Status.PublicAddress))
+			next = fmt.Sprintf("check that the client reaches %s on UDP 500 and 4500 (firewalls and security groups on the way, the client's NAT) and that it initiates: with address %%any only the client can", status.OrDash(gw.Status.PublicAddress))
 		}
 		return append(out, finding{sevError, "NoIKEPackets", s, next})
 	}
-	if conn != nil {
+	if f.conn != nil {
 		out = append(out, finding{sevWarning, "NotEstablished",
-			fmt.Sprintf("IKE packets from %s arrive but no tunnel is up (%s: %s)", from, connReason, connMsg),
+			fmt.Sprintf("IKE packets from %s arrive but no tunnel is up (%s: %s)", from, f.connReason, f.connMsg),
 			fmt.Sprintf("see charon's lines below, or all of them: kubectl -n %s logs -l %s=%s -c %s", ns, children.LabelGateway, gw.Name, children.ContainerCharon)})
 	}
 	return out
+}
+
+// checkDeniedTraffic: the packets the agent dropped by authorization, rising between the two
+// reads or not.
+func checkDeniedTraffic(f *peerFacts) []finding {
+	m := f.Metrics
+	if m == nil {
+		return nil
+	}
+	total := m.DropsIn + m.DropsOut
+	may := "it may reach nothing"
+	if f.authorized && len(f.Reaches) > 0 {
+		may = "it may reach only " + strings.Join(f.Reaches, ", ")
+	}
+	grant := fmt.Sprintf("grant more in spec.authorization.exposures of VPNPeer %s if it should reach more, else find what the client sends there", f.Peer.Name)
+	switch {
+	case f.Earlier != nil && total > f.Earlier.DropsIn+f.Earlier.DropsOut:
+		delta := total - f.Earlier.DropsIn - f.Earlier.DropsOut
+		return []finding{{sevWarning, "DeniedTraffic",
+			fmt.Sprintf("the peer sends traffic it is not granted: %d packets dropped by authorization in %s (%d in, %d out since the agent started); %s",
+				delta, f.Interval, m.DropsIn, m.DropsOut, may), grant}}
+	case total > 0:
+		when := ""
+		if f.Earlier != nil {
+			when = fmt.Sprintf(", none in the last %s", f.Interval)
+		}
+		return []finding{{sevInfo, "DeniedTraffic",
+			fmt.Sprintf("%d packets dropped by authorization since the agent started (%d in, %d out%s); %s",
+				total, m.DropsIn, m.DropsOut, when, may), grant}}
+	}
+	return nil
 }
 
 func notReported(e *peerEvidence) finding {
@@ -395,7 +527,7 @@ func authorizationNext(reason string, gw *vpnv1.VPNGateway, p *vpnv1.VPNPeer, of
 	case model.ReasonSubnetConflict:
 		return "the overlapping subnets are an older peer's (the message names it): take them out of this peer, or out of the other one if they are this client's"
 	case model.ReasonSubnetOverlapsServiceCIDR:
-		return fmt.Sprintf("the client's networks must not overlap the gateway's service CIDR %s: leave the subnet out, or give the gateway another spec.serviceCIDR", orDash(gw.Status.ServiceCIDR))
+		return fmt.Sprintf("the client's networks must not overlap the gateway's service CIDR %s: leave the subnet out, or give the gateway another spec.serviceCIDR", status.OrDash(gw.Status.ServiceCIDR))
 	case model.ReasonSubnetOverlapsClusterRange:
 		return "the cluster uses that range itself: the client's network must be left out or renumbered"
 	case model.ReasonDuplicateIdentity:
@@ -426,13 +558,15 @@ func credentialsNext(reason, ns string, ref *vpnv1.SecretKeyRef) string {
 	return "see the CredentialsReady condition's message"
 }
 
+// --- the gateway ---
+
 // gatewayEvidence is what diagnose knows about the gateway itself.
 type gatewayEvidence struct {
 	Gateway *vpnv1.VPNGateway
 	Pod     *corev1.Pod
 	NoPod   string
 	// Metrics is the agent's view (nil: not read, MetricsErr says why).
-	Metrics    *agentMetrics
+	Metrics    *gateways.AgentMetrics
 	MetricsErr string
 	Events     []eventFact
 	// Agent is the tail of the agent's log (nil: not read, LogErr says why).
@@ -442,92 +576,152 @@ type gatewayEvidence struct {
 	Now       time.Time
 }
 
+// gatewayFacts are the evidence on the gateway and its readiness as the operator orders it.
+type gatewayFacts struct {
+	*gatewayEvidence
+	ready status.ConditionReport
+	cause *status.CauseReport
+}
+
+// gatewayChecks are the gateway's rules, in order.
+var gatewayChecks = []check[gatewayFacts]{
+	checkReady,
+	checkStatusBehind,
+	checkPod,
+	checkMetricsReadable,
+	checkLogsReadable,
+	checkRulesetRepaired,
+	checkSpoofedTraffic,
+	checkConfigRejected,
+	checkAgentErrors,
+}
+
 // gatewayFindings is the verdict on the gateway (first) and further findings.
 func gatewayFindings(e gatewayEvidence) []finding {
-	gw := e.Gateway
-	ns := gw.Namespace
-	var out []finding
-	ready, cause := readiness(gw)
+	f := &gatewayFacts{gatewayEvidence: &e}
+	f.ready, f.cause = status.Readiness(e.Gateway)
+	return sortFindings(applyAll(gatewayChecks, f))
+}
+
+func checkReady(f *gatewayFacts) []finding {
+	ready, cause := f.ready, f.cause
 	switch {
 	case !ready.Reported:
-		out = append(out, finding{sevWarning, "NotReported", ready.Message,
-			"is the operator running? (kubectl get pods -A -l app.kubernetes.io/name=bnerd-vpn-operator)"})
+		return []finding{{sevWarning, "NotReported", ready.Message,
+			"is the operator running? (kubectl get pods -A -l app.kubernetes.io/name=bnerd-vpn-operator)"}}
 	case ready.Status != "True" && cause != nil:
-		out = append(out, finding{sevError, "NotReady", fmt.Sprintf("not Ready: %s %s: %s", cause.Condition, cause.Reason, cause.Message),
-			readyNext(gw, cause.Condition, cause.Reason)})
+		return []finding{{sevError, "NotReady", fmt.Sprintf("not Ready: %s %s: %s", cause.Condition, cause.Reason, cause.Message),
+			readyNext(f.Gateway, cause.Condition, cause.Reason)}}
 	case ready.Status != "True":
-		out = append(out, finding{sevError, "NotReady", fmt.Sprintf("not Ready (%s): %s", ready.Reason, ready.Message), "see the gateway's conditions"})
-	default:
-		out = append(out, finding{sevOK, "Ready", "the gateway is Ready", ""})
+		return []finding{{sevError, "NotReady", fmt.Sprintf("not Ready (%s): %s", ready.Reason, ready.Message), "see the gateway's conditions"}}
 	}
-	if c := meta.FindStatusCondition(gw.Status.Conditions, vpnv1.ConditionReady); c != nil && gw.Status.ObservedGeneration < gw.Generation {
-		out = append(out, finding{sevWarning, "StatusBehind",
-			fmt.Sprintf("the status is of generation %d; the spec is at %d: the operator has not caught up", gw.Status.ObservedGeneration, gw.Generation),
-			"wait, or see the operator's log"})
+	return []finding{{sevOK, "Ready", "the gateway is Ready", ""}}
+}
+
+func checkStatusBehind(f *gatewayFacts) []finding {
+	gw := f.Gateway
+	if c := meta.FindStatusCondition(gw.Status.Conditions, vpnv1.ConditionReady); c == nil || gw.Status.ObservedGeneration >= gw.Generation {
+		return nil
 	}
-	podCmd := fmt.Sprintf("kubectl -n %s describe pod -l %s=%s", ns, children.LabelGateway, gw.Name)
+	return []finding{{sevWarning, "StatusBehind",
+		fmt.Sprintf("the status is of generation %d; the spec is at %d: the operator has not caught up", gw.Status.ObservedGeneration, gw.Generation),
+		"wait, or see the operator's log"}}
+}
+
+// checkPod: no gateway pod (unless the gateway's readiness already says so), or one that is not
+// running and ready.
+func checkPod(f *gatewayFacts) []finding {
+	gw := f.Gateway
+	ns := gw.Namespace
 	switch {
-	case e.Pod == nil:
-		if cause == nil || cause.Condition != vpnv1.ConditionGatewayAvailable {
-			out = append(out, finding{sevWarning, "NoPod", "no gateway pod: " + e.NoPod,
-				fmt.Sprintf("kubectl -n %s describe deployment %s (the operator creates it once the gateway is rendered)", ns, children.Name(gw.Name))})
+	case f.Pod == nil:
+		if f.cause == nil || f.cause.Condition != vpnv1.ConditionGatewayAvailable {
+			return []finding{{sevWarning, "NoPod", "no gateway pod: " + f.NoPod,
+				fmt.Sprintf("kubectl -n %s describe deployment %s (the operator creates it once the gateway is rendered)", ns, children.Name(gw.Name))}}
 		}
-	case e.Pod.DeletionTimestamp != nil || e.Pod.Status.Phase != corev1.PodRunning || !podReady(e.Pod):
-		out = append(out, finding{sevWarning, "PodNotReady", fmt.Sprintf("gateway pod %s: %s", e.Pod.Name, podState(e.Pod)), podCmd})
+	case f.Pod.DeletionTimestamp != nil || f.Pod.Status.Phase != corev1.PodRunning || !gateways.PodReady(f.Pod):
+		return []finding{{sevWarning, "PodNotReady", fmt.Sprintf("gateway pod %s: %s", f.Pod.Name, podState(f.Pod)),
+			fmt.Sprintf("kubectl -n %s describe pod -l %s=%s", ns, children.LabelGateway, gw.Name)}}
 	}
-	if e.Pod != nil && e.Metrics == nil && e.MetricsErr != "" {
-		out = append(out, finding{sevInfo, "MetricsUnreadable", "the agent's metrics could not be read (" + e.MetricsErr + "): drops, repairs and rejected configurations are unknown",
-			"diagnose needs get on pods/proxy in the namespace, and the API server must reach the pod's metrics port"})
+	return nil
+}
+
+func checkMetricsReadable(f *gatewayFacts) []finding {
+	if f.Pod == nil || f.Metrics != nil || f.MetricsErr == "" {
+		return nil
 	}
-	if e.Pod != nil && e.Agent == nil && e.LogErr != "" {
-		out = append(out, finding{sevInfo, "LogsUnreadable", "the gateway pod's logs could not be read: " + e.LogErr,
-			"diagnose needs get on pods/log in the namespace"})
+	return []finding{{sevInfo, "MetricsUnreadable", "the agent's metrics could not be read (" + f.MetricsErr + "): drops, repairs and rejected configurations are unknown",
+		"diagnose needs get on pods/proxy in the namespace, and the API server must reach the pod's metrics port"}}
+}
+
+func checkLogsReadable(f *gatewayFacts) []finding {
+	if f.Pod == nil || f.Agent != nil || f.LogErr == "" {
+		return nil
 	}
-	lastEvent := func(reason string) string {
-		for i := len(e.Events) - 1; i >= 0; i-- {
-			if e.Events[i].Reason == reason {
-				return fmt.Sprintf(" (last, %s ago: %s)", duration.HumanDuration(e.Now.Sub(e.Events[i].Time)), e.Events[i].Message)
-			}
-		}
-		return ""
-	}
-	if m := e.Metrics; m != nil {
-		if m.RulesetRepairs != nil && *m.RulesetRepairs > 0 {
-			next := "something changes nftables in the pod's network namespace: check the node's CNI and anything else running there"
-			if h := gw.Spec.Endpoint.HostNetwork; h != nil {
-				next = fmt.Sprintf("something on node %s rewrites nftables (a `systemctl restart nftables`, a firewall manager): find it and keep it off the gateway's table", h.NodeName)
-			}
-			out = append(out, finding{sevWarning, "RulesetRepaired",
-				fmt.Sprintf("the agent found the gateway's nftables table changed or missing and re-applied it %d times since it started%s", *m.RulesetRepairs, lastEvent("RulesetRepaired")), next})
-		}
-		if m.SpoofedDrops != nil && *m.SpoofedDrops > 0 {
-			out = append(out, finding{sevWarning, "SpoofedTraffic",
-				fmt.Sprintf("%d packets came through a peer's SA from a source outside that peer's subnets (another peer's or no peer's) and were dropped since the agent started", *m.SpoofedDrops),
-				fmt.Sprintf("the counter names no peer: find the client that sends from addresses its VPNPeer does not list (kubectl -n %s get vpnpeers -o yaml, spec.ipsec.remoteSubnets); a LAN renumbered or NAT missing on the client, else a peer passing as another", ns)})
-		}
-		if m.ConfigRejected != nil && *m.ConfigRejected > 0 {
-			cm := children.ConfigMapName(gw.Name)
-			out = append(out, finding{sevWarning, "ConfigRejected",
-				fmt.Sprintf("the agent refused %d configurations since it started; the last good one stays applied%s", *m.ConfigRejected, lastEvent("ConfigRejected")),
-				fmt.Sprintf("ConfigMap %s must carry model.json alone, as the operator writes it: undo the hand edit (kubectl -n %s edit configmap %s)", cm, ns, cm)})
+	return []finding{{sevInfo, "LogsUnreadable", "the gateway pod's logs could not be read: " + f.LogErr,
+		"diagnose needs get on pods/log in the namespace"}}
+}
+
+// lastEvent is " (last, AGE ago: MESSAGE)" of the newest Event of that reason, or "".
+func (f *gatewayFacts) lastEvent(reason string) string {
+	for i := len(f.Events) - 1; i >= 0; i-- {
+		if f.Events[i].Reason == reason {
+			return fmt.Sprintf(" (last, %s ago: %s)", duration.HumanDuration(f.Now.Sub(f.Events[i].Time)), f.Events[i].Message)
 		}
 	}
-	if e.Agent != nil {
-		entries, _ := parseAgent(e.Agent)
-		var errs []agentEntry
-		for _, en := range entries {
-			if en.Level == "error" || en.Level == "dpanic" || en.Level == "panic" || en.Level == "fatal" {
-				errs = append(errs, en)
-			}
-		}
-		if len(errs) > 0 {
-			last := errs[len(errs)-1]
-			out = append(out, finding{sevInfo, "AgentErrors",
-				fmt.Sprintf("the agent logged %s in its last %d lines (last, %s ago: %s)", plural(len(errs), "error"), e.AgentTail, duration.HumanDuration(e.Now.Sub(last.Time)), last),
-				fmt.Sprintf("kubectl -n %s logs %s -c %s", ns, e.Pod.Name, children.ContainerAgent)})
+	return ""
+}
+
+func checkRulesetRepaired(f *gatewayFacts) []finding {
+	if f.Metrics == nil || f.Metrics.RulesetRepairs == nil || *f.Metrics.RulesetRepairs == 0 {
+		return nil
+	}
+	next := "something changes nftables in the pod's network namespace: check the node's CNI and anything else running there"
+	if h := f.Gateway.Spec.Endpoint.HostNetwork; h != nil {
+		next = fmt.Sprintf("something on node %s rewrites nftables (a `systemctl restart nftables`, a firewall manager): find it and keep it off the gateway's table", h.NodeName)
+	}
+	return []finding{{sevWarning, "RulesetRepaired",
+		fmt.Sprintf("the agent found the gateway's nftables table changed or missing and re-applied it %d times since it started%s", *f.Metrics.RulesetRepairs, f.lastEvent("RulesetRepaired")), next}}
+}
+
+func checkSpoofedTraffic(f *gatewayFacts) []finding {
+	if f.Metrics == nil || f.Metrics.SpoofedDrops == nil || *f.Metrics.SpoofedDrops == 0 {
+		return nil
+	}
+	return []finding{{sevWarning, "SpoofedTraffic",
+		fmt.Sprintf("%d packets came through a peer's SA from a source outside that peer's subnets (another peer's or no peer's) and were dropped since the agent started", *f.Metrics.SpoofedDrops),
+		fmt.Sprintf("the counter names no peer: find the client that sends from addresses its VPNPeer does not list (kubectl -n %s get vpnpeers -o yaml, spec.ipsec.remoteSubnets); a LAN renumbered or NAT missing on the client, else a peer passing as another", f.Gateway.Namespace)}}
+}
+
+func checkConfigRejected(f *gatewayFacts) []finding {
+	if f.Metrics == nil || f.Metrics.ConfigRejected == nil || *f.Metrics.ConfigRejected == 0 {
+		return nil
+	}
+	ns := f.Gateway.Namespace
+	cm := children.ConfigMapName(f.Gateway.Name)
+	return []finding{{sevWarning, "ConfigRejected",
+		fmt.Sprintf("the agent refused %d configurations since it started; the last good one stays applied%s", *f.Metrics.ConfigRejected, f.lastEvent("ConfigRejected")),
+		fmt.Sprintf("ConfigMap %s must carry model.json alone, as the operator writes it: undo the hand edit (kubectl -n %s edit configmap %s)", cm, ns, cm)}}
+}
+
+func checkAgentErrors(f *gatewayFacts) []finding {
+	if f.Agent == nil {
+		return nil
+	}
+	entries, _ := parseAgent(f.Agent)
+	var errs []agentEntry
+	for _, en := range entries {
+		if en.Level == "error" || en.Level == "dpanic" || en.Level == "panic" || en.Level == "fatal" {
+			errs = append(errs, en)
 		}
 	}
-	return sortFindings(out)
+	if len(errs) == 0 {
+		return nil
+	}
+	last := errs[len(errs)-1]
+	return []finding{{sevInfo, "AgentErrors",
+		fmt.Sprintf("the agent logged %s in its last %d lines (last, %s ago: %s)", plural(len(errs), "error"), f.AgentTail, duration.HumanDuration(f.Now.Sub(last.Time)), last),
+		fmt.Sprintf("kubectl -n %s logs %s -c %s", f.Gateway.Namespace, f.Pod.Name, children.ContainerAgent)}}
 }
 
 // podState describes a pod that is not running and ready: its phase and the containers'
@@ -569,7 +763,7 @@ func readyNext(gw *vpnv1.VPNGateway, cond, reason string) string {
 		case "ServiceCIDRConflict":
 			return "spec.serviceCIDR overlaps another gateway's: choose a free one, or leave it out to be given one"
 		case "ServiceCIDRChanged":
-			return fmt.Sprintf("a service CIDR cannot change once assigned (the clients route it): restore spec.serviceCIDR to %s", orDash(gw.Status.ServiceCIDR))
+			return fmt.Sprintf("a service CIDR cannot change once assigned (the clients route it): restore spec.serviceCIDR to %s", status.OrDash(gw.Status.ServiceCIDR))
 		}
 	case vpnv1.ConditionConfigValid:
 		return fmt.Sprintf("correct what the message names in VPNGateway %s (or the Service it targets)", name)

@@ -1,4 +1,4 @@
-package main
+package diagnose
 
 import (
 	"strings"
@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kubectlvpn/gateways"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
 
@@ -230,21 +231,21 @@ func TestPeerVerdicts(t *testing.T) {
 		{
 			name: "drops rising",
 			e: peerEvidence{Peer: testPeer(ipsec, authorized, credsOK, established), Reaches: reachesWeb,
-				Metrics: &peerMetrics{Up: true, DropsIn: 15, DropsOut: 0}, Earlier: &peerMetrics{Up: true, DropsIn: 11}, Interval: 3 * time.Second},
+				Metrics: &gateways.PeerMetrics{Up: true, DropsIn: 15, DropsOut: 0}, Earlier: &gateways.PeerMetrics{Up: true, DropsIn: 11}, Interval: 3 * time.Second},
 			causes:   []string{"DeniedTraffic", "Established"},
 			contains: []string{"the peer sends traffic it is not granted: 4 packets dropped by authorization in 3s (15 in, 0 out since the agent started); it may reach only web (100.64.12.10 8080)", "grant more in spec.authorization.exposures of VPNPeer hq"},
 		},
 		{
 			name: "drops, not rising",
 			e: peerEvidence{Peer: testPeer(ipsec, authorized, credsOK, established), Reaches: reachesWeb,
-				Metrics: &peerMetrics{Up: true, DropsIn: 15}, Earlier: &peerMetrics{Up: true, DropsIn: 15}, Interval: 3 * time.Second},
+				Metrics: &gateways.PeerMetrics{Up: true, DropsIn: 15}, Earlier: &gateways.PeerMetrics{Up: true, DropsIn: 15}, Interval: 3 * time.Second},
 			causes:   []string{"Established", "DeniedTraffic"},
 			contains: []string{"15 packets dropped by authorization since the agent started (15 in, 0 out, none in the last 3s)"},
 		},
 		{
 			name: "dark peer's drops",
 			e: peerEvidence{Peer: testPeer(ipsec, cond("Authorized", "False", "NoGrants", model.MessageEmptyBlock), credsOK, established),
-				Metrics: &peerMetrics{Up: true, DropsIn: 9}, Earlier: &peerMetrics{Up: true, DropsIn: 2}, Interval: time.Second},
+				Metrics: &gateways.PeerMetrics{Up: true, DropsIn: 9}, Earlier: &gateways.PeerMetrics{Up: true, DropsIn: 2}, Interval: time.Second},
 			causes:   []string{"NotAuthorized", "DeniedTraffic", "Established"},
 			contains: []string{"it may reach nothing"},
 		},
@@ -309,7 +310,7 @@ func TestGatewayVerdicts(t *testing.T) {
 		causes   []string
 		contains []string
 	}{
-		{name: "ready", e: gatewayEvidence{Gateway: testGateway(vpnv1.ProtocolIPsec, ready...), Pod: running, Metrics: &agentMetrics{RulesetRepairs: n(0), ConfigRejected: n(0)}},
+		{name: "ready", e: gatewayEvidence{Gateway: testGateway(vpnv1.ProtocolIPsec, ready...), Pod: running, Metrics: &gateways.AgentMetrics{RulesetRepairs: n(0), ConfigRejected: n(0)}},
 			causes: []string{"Ready"}},
 		{name: "pod unavailable",
 			e: gatewayEvidence{Gateway: testGateway(vpnv1.ProtocolIPsec,
@@ -335,7 +336,7 @@ func TestGatewayVerdicts(t *testing.T) {
 			causes: []string{"StatusBehind", "Ready"}, contains: []string{"generation 1; the spec is at 3"}},
 		{name: "repairs and rejections",
 			e: gatewayEvidence{Gateway: testGateway(vpnv1.ProtocolIPsec, ready...), Pod: running, Now: verdictNow,
-				Metrics: &agentMetrics{RulesetRepairs: n(2), ConfigRejected: n(1)},
+				Metrics: &gateways.AgentMetrics{RulesetRepairs: n(2), ConfigRejected: n(1)},
 				Events: []eventFact{
 					{Time: verdictNow.Add(-time.Hour), Type: "Warning", Reason: "RulesetRepaired", Message: "table deleted; re-applied", Kind: "VPNGateway", Name: "acme-gw"},
 					{Time: verdictNow.Add(-5 * time.Minute), Type: "Warning", Reason: "ConfigRejected", Message: "ConfigMap carries ruleset.nft besides model.json", Kind: "VPNGateway", Name: "acme-gw"},
@@ -346,11 +347,11 @@ func TestGatewayVerdicts(t *testing.T) {
 				"ConfigMap acme-gw-gateway-config must carry model.json alone"}},
 		{name: "spoofed sources",
 			e: gatewayEvidence{Gateway: testGateway(vpnv1.ProtocolIPsec, ready...), Pod: running, Now: verdictNow,
-				Metrics: &agentMetrics{RulesetRepairs: n(0), ConfigRejected: n(0), SpoofedDrops: n(5)}},
+				Metrics: &gateways.AgentMetrics{RulesetRepairs: n(0), ConfigRejected: n(0), SpoofedDrops: n(5)}},
 			causes:   []string{"SpoofedTraffic", "Ready"},
 			contains: []string{"5 packets came through a peer's SA from a source outside that peer's subnets", "spec.ipsec.remoteSubnets"}},
 		{name: "spoof check without drops",
-			e:      gatewayEvidence{Gateway: testGateway(vpnv1.ProtocolIPsec, ready...), Pod: running, Metrics: &agentMetrics{RulesetRepairs: n(0), ConfigRejected: n(0), SpoofedDrops: n(0)}},
+			e:      gatewayEvidence{Gateway: testGateway(vpnv1.ProtocolIPsec, ready...), Pod: running, Metrics: &gateways.AgentMetrics{RulesetRepairs: n(0), ConfigRejected: n(0), SpoofedDrops: n(0)}},
 			causes: []string{"Ready"}},
 		{name: "nothing readable from the pod",
 			e:      gatewayEvidence{Gateway: testGateway(vpnv1.ProtocolIPsec, ready...), Pod: running, MetricsErr: "not reachable: 503", LogErr: "forbidden"},
@@ -359,11 +360,11 @@ func TestGatewayVerdicts(t *testing.T) {
 			e: gatewayEvidence{Gateway: testGateway(vpnv1.ProtocolIPsec, ready...), Pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "acme-gw-gateway-1"},
 				Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
 					{Name: "agent", RestartCount: 4, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}}},
-				Metrics: &agentMetrics{}},
+				Metrics: &gateways.AgentMetrics{}},
 			causes: []string{"PodNotReady", "Ready"}, contains: []string{"gateway pod acme-gw-gateway-1: Running: agent CrashLoopBackOff (4 restarts)"}},
 		{name: "agent errors",
 			e: gatewayEvidence{Gateway: testGateway(vpnv1.ProtocolIPsec, ready...), Pod: running, Now: verdictNow, AgentTail: 200,
-				Metrics: &agentMetrics{}, Agent: splitLog(tsLines(verdictNow.Add(-2*time.Minute), secretLines.agent...))},
+				Metrics: &gateways.AgentMetrics{}, Agent: splitLog(tsLines(verdictNow.Add(-2*time.Minute), secretLines.agent...))},
 			causes: []string{"Ready", "AgentErrors"}, contains: []string{"the agent logged 3 errors in its last 200 lines (last, 117s ago: error initiate failed connection=hq)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,70 +1,72 @@
-package main
+// Package diagnose is kubectl vpn diagnose: it collects what there is to know about a
+// VPNGateway and its peers (conditions, Events, the agent's metrics and logs), judges it with
+// one check per rule (checks.go), and prints a verdict for the gateway and each peer with the
+// next step. Log lines are shown only in the shapes it knows (logs.go): a key never reaches
+// its output, and it reads no Secret.
+package diagnose
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"net/netip"
-	"slices"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kubectlvpn/gateways"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kubectlvpn/status"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 )
 
-type diagnoseOptions struct {
-	tail     int64
-	events   int
-	interval time.Duration
+// Options are what kubectl vpn diagnose is asked.
+type Options struct {
+	Namespace string
+	// Gateway is the VPNGateway's name (or a legacy IPsecGateway's, when there is no
+	// VPNGateway of that name).
+	Gateway string
+	// Tail is how many lines of each container's log to read.
+	Tail int64
+	// Events is how many of the most recent Events to show.
+	Events int
+	// Interval is how long to wait before reading the metrics again (0: once).
+	Interval time.Duration
+	// Now is the clock the ages are measured with.
+	Now func() time.Time
 }
 
-func newDiagnoseCommand(o *options) *cobra.Command {
-	d := diagnoseOptions{}
-	cmd := &cobra.Command{
-		Use:   "diagnose GATEWAY",
-		Short: "Collect a gateway's conditions, events, agent metrics and logs, and give a verdict per peer",
-		Long: `Collects what there is to know about VPNGateway GATEWAY and its peers — their conditions, the
-recent Events on them, the gateway agent's metrics (tunnels, rekeys, authorization drops,
-ruleset repairs, rejected configurations; read twice, --interval apart, through the API
-server's pod proxy) and the errors in the last lines of the agent's and charon's logs — and
-prints a verdict for the gateway and for each peer, with the next step: e.g. a proposal
-mismatch names what the client proposes and what the gateway allows, an authentication
-failure the identities involved (never the key), no IKE packets at all the ports to open.
-
-Log lines are shown only in the shapes diagnose knows (proposals, notifies, identities,
-addresses): a pre-shared key never reaches its output. What cannot be read (no pod, no
-permission for pods/proxy or pods/log) is said, and the verdicts use the rest. A GATEWAY that
-is a legacy IPsecGateway (and no VPNGateway) gets its conditions and tunnels' state.`,
-		Example: `  kubectl vpn diagnose acme-gw -n acme
-  kubectl vpn diagnose acme-gw -n acme --interval 0 --tail 500`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return diagnose(cmd.Context(), o, args[0], d)
-		},
+// Run collects everything about the gateway through c and access (nil: the pod cannot be
+// reached; the output says so) and writes the diagnosis to w.
+func Run(ctx context.Context, c client.Client, access gateways.AgentAccess, o Options, w io.Writer) error {
+	ns, name := o.Namespace, o.Gateway
+	if legacy, err := gateways.LoadLegacy(ctx, c, ns, name, false); err != nil {
+		return err
+	} else if len(legacy) > 0 && !gateways.VPNGatewayExists(ctx, c, ns, name) {
+		status.PrintLegacy(w, status.LegacyReportOf(&legacy[0], o.Now()))
+		fmt.Fprintf(w, "\n  %s is a legacy IPsecGateway: its conditions and tunnels are above. diagnose collects a VPNGateway's\n"+
+			"  peers, events, metrics and logs; kubectl vpn migrate ipsecgateway %s -n %s --dry-run shows the VPNGateway it becomes.\n", name, name, ns)
+		return nil
 	}
-	cmd.Flags().Int64Var(&d.tail, "tail", 200, "lines of each container's log to read")
-	cmd.Flags().IntVar(&d.events, "events", 20, "most recent Events to show")
-	cmd.Flags().DurationVar(&d.interval, "interval", 3*time.Second, "read the metrics again after this long to see whether drops rise (0: once)")
-	return cmd
+	gws, err := gateways.Load(ctx, c, ns, name, false)
+	if err != nil {
+		return err
+	}
+	printDiagnosis(w, collect(ctx, c, access, gws[0], o))
+	return nil
 }
 
 // diagnosis is everything collected about one gateway.
 type diagnosis struct {
-	data     *gatewayData
+	data     *gateways.Gateway
 	gateway  gatewayEvidence
 	peers    []peerEvidence
-	earlier  *agentMetrics
+	earlier  *gateways.AgentMetrics
 	interval time.Duration
 	// charon is the tail of charon's log (nil: not read, charonErr says why; charonNA: the
 	// gateway runs no charon)
@@ -74,80 +76,47 @@ type diagnosis struct {
 	eventsErr string
 }
 
-func diagnose(ctx context.Context, o *options, name string, d diagnoseOptions) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	ns, _, err := o.namespace()
-	if err != nil {
-		return err
-	}
-	c, err := o.newClient()
-	if err != nil {
-		return err
-	}
-	if legacy, err := loadLegacy(ctx, c, ns, name, false); err != nil {
-		return err
-	} else if len(legacy) > 0 && !vpnGatewayExists(ctx, c, ns, name) {
-		printLegacyStatus(o.streams.Out, legacyReportOf(&legacy[0], o.now()))
-		fmt.Fprintf(o.streams.Out, "\n  %s is a legacy IPsecGateway: its conditions and tunnels are above. diagnose collects a VPNGateway's\n"+
-			"  peers, events, metrics and logs; kubectl vpn migrate ipsecgateway %s -n %s --dry-run shows the VPNGateway it becomes.\n", name, name, ns)
-		return nil
-	}
-	gws, err := loadGateways(ctx, c, ns, name, false)
-	if err != nil {
-		return err
-	}
-	dg := collect(ctx, o, c, gws[0], d)
-	printDiagnosis(o.streams.Out, dg)
-	return nil
-}
-
 // collect reads everything diagnose looks at. Whatever cannot be read is recorded as such.
-func collect(ctx context.Context, o *options, c client.Client, data *gatewayData, d diagnoseOptions) *diagnosis {
-	gw := data.gw
-	access, err := o.newAgentAccess()
-	if err != nil {
-		warnf(o, "cannot reach the gateway pod: %v", err)
-	}
-	data.loadAgent(ctx, c, access, true)
+func collect(ctx context.Context, c client.Client, access gateways.AgentAccess, data *gateways.Gateway, o Options) *diagnosis {
+	gw := data.VPNGateway
+	data.LoadAgent(ctx, c, access, true)
 	dg := &diagnosis{data: data}
-	if data.metrics != nil && d.interval > 0 {
-		first := data.metrics
+	if data.Metrics != nil && o.Interval > 0 {
+		first := data.Metrics
 		select {
 		case <-ctx.Done():
-		case <-time.After(d.interval):
-			if m, err := readMetrics(ctx, access, gw, data.pod); err == nil {
-				dg.earlier, data.metrics, dg.interval = first, m, d.interval
+		case <-time.After(o.Interval):
+			if m, err := gateways.ReadMetrics(ctx, access, gw, data.Pod); err == nil {
+				dg.earlier, data.Metrics, dg.interval = first, m, o.Interval
 			}
 		}
 	}
-	now := o.now()
-	events, evErr := gatewayEvents(ctx, c, data, d.events)
+	now := o.Now()
+	events, evErr := gatewayEvents(ctx, c, data, o.Events)
 	if evErr != nil {
-		dg.eventsErr = shortError(evErr)
+		dg.eventsErr = gateways.ShortError(evErr)
 	}
-	ge := gatewayEvidence{Gateway: gw, Pod: data.pod, NoPod: data.noPod, Metrics: data.metrics, MetricsErr: data.metricsErr, Now: now, AgentTail: int(d.tail)}
+	ge := gatewayEvidence{Gateway: gw, Pod: data.Pod, NoPod: data.NoPod, Metrics: data.Metrics, MetricsErr: data.MetricsErr, Now: now, AgentTail: int(o.Tail)}
 	for _, ev := range events {
 		if ev.Kind == "VPNGateway" {
 			ge.Events = append(ge.Events, ev)
 		}
 	}
 	var charon []logLine
-	if data.pod != nil && access != nil {
-		if raw, err := access.Logs(ctx, gw.Namespace, data.pod.Name, children.ContainerAgent, d.tail); err != nil {
-			ge.LogErr = shortError(err)
+	if data.Pod != nil && access != nil {
+		if raw, err := access.Logs(ctx, gw.Namespace, data.Pod.Name, children.ContainerAgent, o.Tail); err != nil {
+			ge.LogErr = gateways.ShortError(err)
 		} else {
 			ge.Agent = splitLog(raw)
 		}
 		switch {
 		case gw.Spec.Protocol != vpnv1.ProtocolIPsec:
 			dg.charonNA = true
-		case !podHasContainer(data.pod, children.ContainerCharon):
+		case !gateways.PodHasContainer(data.Pod, children.ContainerCharon):
 			dg.charonErr = "the pod has no charon container"
 		default:
-			if raw, err := access.Logs(ctx, gw.Namespace, data.pod.Name, children.ContainerCharon, d.tail); err != nil {
-				dg.charonErr = shortError(err)
+			if raw, err := access.Logs(ctx, gw.Namespace, data.Pod.Name, children.ContainerCharon, o.Tail); err != nil {
+				dg.charonErr = gateways.ShortError(err)
 			} else {
 				charon = splitLog(raw)
 				if charon == nil {
@@ -156,8 +125,8 @@ func collect(ctx context.Context, o *options, c client.Client, data *gatewayData
 			}
 		}
 	} else {
-		why := data.noPod
-		if data.pod != nil {
+		why := data.NoPod
+		if data.Pod != nil {
 			why = "no access to the API server for the pod's logs"
 		}
 		ge.LogErr, dg.charonErr = why, why
@@ -165,21 +134,21 @@ func collect(ctx context.Context, o *options, c client.Client, data *gatewayData
 	}
 	dg.gateway, dg.charon = ge, charon
 
-	rep := data.report(now)
-	vips := map[string]exposureReport{}
+	rep := status.GatewayReportOf(data, now)
+	vips := map[string]status.ExposureReport{}
 	var offered []string
 	for _, e := range rep.Exposures {
 		vips[e.Name] = e
 		offered = append(offered, e.Name)
 	}
-	for i := range data.peers {
-		p := &data.peers[i]
-		pe := peerEvidence{Gateway: gw, Peer: p, Decision: data.decisions[p.Name], Offered: offered,
-			Interval: dg.interval, Charon: charon, CharonLines: int(d.tail), Now: now}
-		exp, _ := data.reaches(p)
+	for i := range data.Peers {
+		p := &data.Peers[i]
+		pe := peerEvidence{Gateway: gw, Peer: p, Decision: data.Decisions[p.Name], Offered: offered,
+			Interval: dg.interval, Charon: charon, CharonLines: int(o.Tail), Now: now}
+		exp, _ := data.Reaches(p)
 		for _, n := range exp {
 			e := vips[n]
-			pe.Reaches = append(pe.Reaches, fmt.Sprintf("%s (%s %s)", n, orDash(e.VirtualIP), orDash(strings.Join(e.Ports, ","))))
+			pe.Reaches = append(pe.Reaches, fmt.Sprintf("%s (%s %s)", n, status.OrDash(e.VirtualIP), status.OrDash(strings.Join(e.Ports, ","))))
 		}
 		pe.IKEProposals, pe.ESPProposals = effectiveProposals(gw, p)
 		for _, ev := range events {
@@ -187,15 +156,15 @@ func collect(ctx context.Context, o *options, c client.Client, data *gatewayData
 				pe.Events = append(pe.Events, ev)
 			}
 		}
-		if data.metrics != nil {
-			pe.Metrics = data.metrics.Peers[p.Name]
+		if data.Metrics != nil {
+			pe.Metrics = data.Metrics.Peers[p.Name]
 			if pe.Metrics == nil {
-				pe.Metrics = &peerMetrics{}
+				pe.Metrics = &gateways.PeerMetrics{}
 			}
 			if dg.earlier != nil {
 				pe.Earlier = dg.earlier.Peers[p.Name]
 				if pe.Earlier == nil {
-					pe.Earlier = &peerMetrics{}
+					pe.Earlier = &gateways.PeerMetrics{}
 				}
 			}
 		}
@@ -238,14 +207,14 @@ func effectiveProposals(gw *vpnv1.VPNGateway, p *vpnv1.VPNPeer) (ike, esp []stri
 
 // gatewayEvents are the Events on the gateway and its peers, from core/v1 and
 // events.k8s.io/v1 (one store, two views: merged by UID), oldest first, the last n.
-func gatewayEvents(ctx context.Context, c client.Client, d *gatewayData, n int) ([]eventFact, error) {
-	ns := d.gw.Namespace
+func gatewayEvents(ctx context.Context, c client.Client, d *gateways.Gateway, n int) ([]eventFact, error) {
+	ns := d.VPNGateway.Namespace
 	peers := map[string]bool{}
-	for _, p := range d.peers {
+	for _, p := range d.Peers {
 		peers[p.Name] = true
 	}
 	wanted := func(kind, name string) bool {
-		return (kind == "VPNGateway" && name == d.gw.Name) || (kind == "VPNPeer" && peers[name])
+		return (kind == "VPNGateway" && name == d.VPNGateway.Name) || (kind == "VPNPeer" && peers[name])
 	}
 	byUID := map[string]eventFact{}
 	add := func(e eventFact) {
@@ -264,7 +233,7 @@ func gatewayEvents(ctx context.Context, c client.Client, d *gatewayData, n int) 
 	for _, kind := range []string{"VPNGateway", "VPNPeer"} {
 		var list corev1.EventList
 		if err := c.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{"involvedObject.kind": kind}); err != nil {
-			errs = append(errs, "core/v1: "+shortError(err))
+			errs = append(errs, "core/v1: "+gateways.ShortError(err))
 			break
 		}
 		for _, e := range list.Items {
@@ -273,7 +242,7 @@ func gatewayEvents(ctx context.Context, c client.Client, d *gatewayData, n int) 
 	}
 	var list eventsv1.EventList
 	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
-		errs = append(errs, "events.k8s.io/v1: "+shortError(err))
+		errs = append(errs, "events.k8s.io/v1: "+gateways.ShortError(err))
 	} else {
 		for _, e := range list.Items {
 			add(newEvent(&e))
@@ -298,6 +267,7 @@ func gatewayEvents(ctx context.Context, c client.Client, d *gatewayData, n int) 
 	return out, nil
 }
 
+// firstTime is the first of ts that is set.
 func firstTime(ts ...time.Time) time.Time {
 	for _, t := range ts {
 		if !t.IsZero() {
@@ -307,6 +277,7 @@ func firstTime(ts ...time.Time) time.Time {
 	return time.Time{}
 }
 
+// coreEvent is a core/v1 Event as diagnose shows it.
 func coreEvent(e *corev1.Event) eventFact {
 	count := e.Count
 	var series time.Time
@@ -318,6 +289,7 @@ func coreEvent(e *corev1.Event) eventFact {
 		Time: firstTime(series, e.LastTimestamp.Time, e.EventTime.Time, e.FirstTimestamp.Time, e.CreationTimestamp.Time)}
 }
 
+// newEvent is an events.k8s.io/v1 Event as diagnose shows it.
 func newEvent(e *eventsv1.Event) eventFact {
 	count := e.DeprecatedCount
 	var series time.Time
@@ -327,230 +299,4 @@ func newEvent(e *eventsv1.Event) eventFact {
 	return eventFact{UID: string(e.UID), Type: e.Type, Reason: e.Reason, Message: e.Note,
 		Kind: e.Regarding.Kind, Name: e.Regarding.Name, Count: count,
 		Time: firstTime(series, e.DeprecatedLastTimestamp.Time, e.EventTime.Time, e.DeprecatedFirstTimestamp.Time, e.CreationTimestamp.Time)}
-}
-
-// --- output ---
-
-func printDiagnosis(w io.Writer, dg *diagnosis) {
-	gw := dg.data.gw
-	now := dg.gateway.Now
-	rep := dg.data.report(now)
-	ep := rep.Endpoint.Kind
-	if rep.Endpoint.Detail != "" {
-		ep += " " + rep.Endpoint.Detail
-	}
-	fmt.Fprintf(w, "VPNGateway %s/%s: %s, endpoint %s, public address %s, service CIDR %s\n",
-		gw.Namespace, gw.Name, gw.Spec.Protocol, ep, orDash(gw.Status.PublicAddress), orDash(gw.Status.ServiceCIDR))
-	printFindings(w, gatewayFindings(dg.gateway))
-	printConditions(w, gw.Status.Conditions, append([]string{vpnv1.ConditionReady}, gatewayConditionOrder...))
-
-	// the agent's view
-	fmt.Fprintln(w, "  agent:")
-	switch {
-	case dg.data.pod == nil:
-		fmt.Fprintf(w, "    no gateway pod: %s\n", dg.data.noPod)
-	default:
-		pod := dg.data.pod
-		state := "Running, ready"
-		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || !podReady(pod) {
-			state = podState(pod)
-		}
-		fmt.Fprintf(w, "    pod %s (%s)\n", pod.Name, state)
-		if m := dg.data.metrics; m != nil {
-			how := "once"
-			if dg.earlier != nil {
-				how = fmt.Sprintf("twice, %s apart", dg.interval)
-			}
-			spoofed := ""
-			if m.SpoofedDrops != nil {
-				spoofed = ", spoofed sources dropped " + optInt(m.SpoofedDrops)
-			}
-			fmt.Fprintf(w, "    metrics (read %s through the API server's pod proxy): ruleset repairs %s, configurations rejected %s%s\n",
-				how, optInt(m.RulesetRepairs), optInt(m.ConfigRejected), spoofed)
-		} else {
-			fmt.Fprintf(w, "    metrics %s\n", dg.data.metricsErr)
-		}
-	}
-	printEvents(w, dg.gateway.Events, now, dg.eventsErr)
-	if dg.gateway.Agent != nil {
-		entries, dropped := parseAgent(dg.gateway.Agent)
-		fmt.Fprintf(w, "  agent log (errors and failures in the last %d lines):\n", dg.gateway.AgentTail)
-		if len(entries) == 0 {
-			fmt.Fprintln(w, "    none")
-		}
-		for _, en := range lastN(entries, 15) {
-			fmt.Fprintf(w, "    %s  %s\n", age(now, en.Time), en)
-		}
-		if dropped > 0 {
-			fmt.Fprintf(w, "    (%s not in the agent's JSON form not shown)\n", plural(dropped, "line"))
-		}
-	} else if dg.data.pod != nil {
-		fmt.Fprintf(w, "  agent log: not readable: %s\n", dg.gateway.LogErr)
-	}
-	if !dg.charonNA {
-		if dg.charon == nil {
-			fmt.Fprintf(w, "  charon log: not readable: %s\n", orDash(dg.charonErr))
-		} else {
-			entries, dropped := parseCharon(dg.charon)
-			var unattributed []charonEntry
-			for _, en := range entries {
-				if en.SA == 0 && en.shown() {
-					unattributed = append(unattributed, en)
-				}
-			}
-			fmt.Fprintf(w, "  charon log: %d of the last %s in shapes diagnose reads (the others are not shown)\n", len(entries), plural(len(entries)+dropped, "line"))
-			for _, en := range lastN(unattributed, 10) {
-				fmt.Fprintf(w, "    %s  %s\n", age(now, en.Time), en)
-			}
-		}
-	}
-
-	for _, pe := range dg.peers {
-		fmt.Fprintln(w)
-		fmt.Fprintf(w, "VPNPeer %s\n", pe.Peer.Name)
-		printFindings(w, peerFindings(pe))
-		printConditions(w, pe.Peer.Status.Conditions, []string{vpnv1.ConditionAuthorized, conditionCredentialsReady, vpnv1.ConditionConnected})
-		if pe.Metrics != nil {
-			m := pe.Metrics
-			up := "down"
-			if m.Up {
-				up = "up"
-			}
-			delta := ""
-			if pe.Earlier != nil {
-				delta = fmt.Sprintf(" (+%d in %s)", m.DropsIn+m.DropsOut-pe.Earlier.DropsIn-pe.Earlier.DropsOut, pe.Interval)
-			}
-			fmt.Fprintf(w, "  agent: tunnel %s, %d rekeys, authorization drops %d in / %d out%s\n", up, m.Rekeys, m.DropsIn, m.DropsOut, delta)
-		}
-		printEvents(w, pe.Events, now, "")
-		if pe.Charon != nil {
-			var shown []string
-			for _, sa := range pe.peerCharon() {
-				for _, en := range sa.entries {
-					if en.shown() {
-						shown = append(shown, age(now, en.Time)+"  "+en.String())
-					}
-				}
-			}
-			if len(shown) > 0 {
-				fmt.Fprintln(w, "  charon log (this peer's IKE_SAs):")
-				for _, s := range compactRepeats(lastN(shown, 12)) {
-					fmt.Fprintf(w, "    %s\n", s)
-				}
-			}
-		}
-	}
-}
-
-func printFindings(w io.Writer, fs []finding) {
-	for i, f := range fs {
-		label := "  verdict: "
-		if i > 0 {
-			label = "  also:    "
-		}
-		fmt.Fprintf(w, "%s%s %s: %s\n", label, strings.ToUpper(f.Severity), f.Cause, f.Summary)
-		if f.Next != "" {
-			fmt.Fprintf(w, "           next: %s\n", f.Next)
-		}
-	}
-}
-
-func printConditions(w io.Writer, conds []metav1.Condition, order []string) {
-	if len(conds) == 0 {
-		fmt.Fprintln(w, "  conditions: none reported")
-		return
-	}
-	fmt.Fprintln(w, "  conditions:")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	seen := map[string]bool{}
-	row := func(c metav1.Condition) {
-		fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, c.Message)
-	}
-	for _, t := range order {
-		for _, c := range conds {
-			if c.Type == t {
-				row(c)
-				seen[t] = true
-			}
-		}
-	}
-	for _, c := range conds {
-		if !seen[c.Type] {
-			row(c)
-		}
-	}
-	tw.Flush()
-}
-
-func printEvents(w io.Writer, events []eventFact, now time.Time, errText string) {
-	if errText != "" {
-		fmt.Fprintf(w, "  events: not readable: %s\n", errText)
-		return
-	}
-	if len(events) == 0 {
-		fmt.Fprintln(w, "  events: none")
-		return
-	}
-	fmt.Fprintln(w, "  events (oldest first):")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, e := range events {
-		count := ""
-		if e.Count > 1 {
-			count = fmt.Sprintf(" (x%d)", e.Count)
-		}
-		fmt.Fprintf(tw, "    %s\t%s\t%s\t%s/%s\t%s%s\n", age(now, e.Time), e.Type, e.Reason, e.Kind, e.Name, e.Message, count)
-	}
-	tw.Flush()
-}
-
-func age(now, t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return duration.HumanDuration(now.Sub(t)) + " ago"
-}
-
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
-}
-
-func optInt(v *int64) string {
-	if v == nil {
-		return "-"
-	}
-	return fmt.Sprint(*v)
-}
-
-func lastN[T any](l []T, n int) []T {
-	if len(l) > n {
-		return l[len(l)-n:]
-	}
-	return l
-}
-
-// compactRepeats folds consecutive lines that differ only in their age into one with a count.
-func compactRepeats(lines []string) []string {
-	var out []string
-	var prev string
-	n := 0
-	flush := func() {
-		if n > 1 {
-			out[len(out)-1] += fmt.Sprintf(" (x%d)", n)
-		}
-	}
-	for _, l := range lines {
-		_, body, _ := strings.Cut(l, "  ")
-		if n > 0 && body == prev {
-			n++
-			continue
-		}
-		flush()
-		out = append(out, l)
-		prev, n = body, 1
-	}
-	flush()
-	return slices.Clip(out)
 }

@@ -1,10 +1,11 @@
-package main
+package diagnose
 
 import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -225,7 +226,7 @@ func peerSAs(sas map[int]*ikeSA, peerName, address, remoteID string) []*ikeSA {
 	for id := range sas {
 		ids = append(ids, id)
 	}
-	sortInts(ids)
+	slices.Sort(ids)
 	for _, id := range ids {
 		sa := sas[id]
 		switch {
@@ -244,14 +245,6 @@ func sameAddr(a, b string) bool {
 	x, err1 := netip.ParseAddr(a)
 	y, err2 := netip.ParseAddr(b)
 	return err1 == nil && err2 == nil && x.Unmap() == y.Unmap()
-}
-
-func sortInts(s []int) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
 
 // --- agent ---

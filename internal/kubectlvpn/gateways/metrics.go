@@ -1,13 +1,18 @@
-package main
+package gateways
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 )
 
 // sample is one value of the Prometheus text exposition format.
@@ -65,18 +70,18 @@ const (
 	metricSpoofedDrops   = "bnerd_vpn_spoofed_drops_total"
 )
 
-// agentMetrics is the agent's view of one gateway.
-type agentMetrics struct {
+// AgentMetrics is the agent's view of one gateway.
+type AgentMetrics struct {
 	// RulesetRepairs and ConfigRejected are nil when the agent does not export them;
 	// SpoofedDrops also when the gateway runs no spoof check (only kernel ESP does).
 	RulesetRepairs *int64
 	ConfigRejected *int64
 	SpoofedDrops   *int64
-	Peers          map[string]*peerMetrics
+	Peers          map[string]*PeerMetrics
 }
 
-// peerMetrics is the agent's view of one peer.
-type peerMetrics struct {
+// PeerMetrics is the agent's view of one peer.
+type PeerMetrics struct {
 	Up       bool  `json:"up"`
 	Rekeys   int64 `json:"rekeys"`
 	DropsIn  int64 `json:"authorizationDropsIn"`
@@ -87,12 +92,12 @@ type peerMetrics struct {
 
 // agentView picks one gateway's figures out of the samples (the agent serves only its own
 // gateway; the labels are checked all the same).
-func agentView(samples []sample, namespace, gateway string) *agentMetrics {
-	m := &agentMetrics{Peers: map[string]*peerMetrics{}}
-	peer := func(name string) *peerMetrics {
+func agentView(samples []sample, namespace, gateway string) *AgentMetrics {
+	m := &AgentMetrics{Peers: map[string]*PeerMetrics{}}
+	peer := func(name string) *PeerMetrics {
 		p := m.Peers[name]
 		if p == nil {
-			p = &peerMetrics{}
+			p = &PeerMetrics{}
 			m.Peers[name] = p
 		}
 		return p
@@ -128,4 +133,17 @@ func agentView(samples []sample, namespace, gateway string) *agentMetrics {
 		}
 	}
 	return m
+}
+
+// ReadMetrics fetches and reads the agent's metrics for the gateway from its pod.
+func ReadMetrics(ctx context.Context, a AgentAccess, gw *vpnv1.VPNGateway, pod *corev1.Pod) (*AgentMetrics, error) {
+	raw, err := a.Metrics(ctx, pod.Namespace, pod.Name, metricsPort(pod))
+	if err != nil {
+		return nil, err
+	}
+	samples, err := parseMetrics(raw)
+	if err != nil {
+		return nil, fmt.Errorf("the answer is not Prometheus metrics: %w", err)
+	}
+	return agentView(samples, gw.Namespace, gw.Name), nil
 }

@@ -1,20 +1,18 @@
-package main
+package migrate
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"reflect"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,121 +23,48 @@ import (
 
 	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kubectlvpn/manifests"
 )
 
 const (
-	// migrateFieldManager owns the fields of the objects kubectl vpn migrate applies.
-	migrateFieldManager = "kubectl-vpn-migrate"
-	// annotationHandover on the new VPNGateway is when kubectl vpn migrate saw the legacy
+	// FieldManager owns the fields of the objects kubectl vpn migrate applies.
+	FieldManager = "kubectl-vpn-migrate"
+	// AnnotationHandover on the new VPNGateway is when kubectl vpn migrate saw the legacy
 	// gateway released; writing it makes the operator look at the gateway at once.
-	annotationHandover = "vpn.bnerd.net/handover-at"
+	AnnotationHandover = "vpn.bnerd.net/handover-at"
 	// migratePoll is how often --apply reads the new objects while it waits: the outage it
 	// prints is measured to this precision.
 	migratePoll = 250 * time.Millisecond
 )
 
-func newMigrateCommand(o *options) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "migrate",
-		Short: "Move a legacy object to the unified vpn.bnerd.net API",
-		Long: `Moves a legacy ipsec.bnerd.net object to the unified vpn.bnerd.net API without a change on the
-client's side. See kubectl vpn migrate ipsecgateway --help.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
-	cmd.AddCommand(newMigrateIPsecGatewayCommand(o))
-	return cmd
+// Options are what kubectl vpn migrate ipsecgateway is asked.
+type Options struct {
+	Namespace string
+	// IPsecGateway is the legacy object's name.
+	IPsecGateway string
+	Names        Names
+	// DryRun is "client" (print the objects as planned) or "server" (print them once the
+	// API server has accepted them in a dry run); with Apply it is not read.
+	DryRun string
+	// Apply applies the objects, hands the endpoint over, waits (Timeout) and deletes the
+	// IPsecGateway unless KeepLegacy.
+	Apply      bool
+	Timeout    time.Duration
+	KeepLegacy bool
+	// Output is the format the objects are printed in: yaml or json.
+	Output string
+	// Kubectl is the kubectl command line, with the --kubeconfig and --context of this run,
+	// that the printed rollback commands start with.
+	Kubectl string
+	// Now is the clock the cutover is timed with.
+	Now func() time.Time
 }
 
-type migrateFlags struct {
-	dryRun            string // none, client or server
-	apply, keepLegacy bool
-	output            string
-	timeout           time.Duration
-	names             migrateNames
-}
-
-func newMigrateIPsecGatewayCommand(o *options) *cobra.Command {
-	var f migrateFlags
-	cmd := &cobra.Command{
-		Use:     "ipsecgateway NAME",
-		Aliases: []string{"ipsecgw", "ipsecgateways"},
-		Short:   "Turn a legacy IPsecGateway into a VPNGateway and one VPNPeer per tunnel, same endpoint",
-		Long: `Reads the IPsecGateway and writes the VPNGateway and the VPNPeers (one per tunnel, named after
-it) that the client cannot tell apart from it: the same public address (a pool floating IP or a
-node's address is pinned: spec.endpoint.floatingIP, spec.endpoint.hostNetwork.address), our IKE
-identity (spec.ipsec.localID), the tunnels' identities, PSK Secret references and proposals, the
-service CIDR and every virtual IP (taken from the legacy status when its spec left them empty).
-One tunnel gets no authorization block (DefaultAllow); several get blocks granting exactly what
-the legacy object allowed: every exposure, and each reverse exposure to the tunnel whose
-subnets contain its target. What cannot be carried over exactly is refused, naming the field:
-a LoadBalancer endpoint, a service CIDR or virtual IP not assigned yet, a status behind its
-spec, a VPNGateway or VPNPeer of those names that exists and differs, another VPNPeer on the
-new gateway.
-
---dry-run=server (the default) prints the objects, exactly as --apply applies them (-o yaml or
-json), once the API server has accepted them in a server-side dry run and no object of those
-names differs; --dry-run=client prints them without asking the API server; --dry-run=none is
---apply.
-
---apply applies them (server-side apply, field manager kubectl-vpn-migrate), then hands the
-endpoint over: it annotates the IPsecGateway vpn.bnerd.net/migrated-to=<gateway>, and the
-operator releases it (deletes its pod, never its address). It waits (--timeout) for the
-VPNGateway to be Ready and every VPNPeer Connected, prints the measured outage (from the
-handover to every peer Connected) and the new objects, and deletes the IPsecGateway
-(--keep-legacy keeps it, released). When anything fails it says what was applied and prints
-the commands that roll it back.`,
-		Example: `  kubectl vpn migrate ipsecgateway acme -n acme                 # the objects, nothing applied
-  kubectl vpn migrate ipsecgateway acme -n acme --apply --timeout 3m`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			switch f.dryRun {
-			case "none":
-				f.apply = true
-			case "client", "server":
-				if f.apply && cmd.Flags().Changed("dry-run") {
-					return fmt.Errorf("--dry-run=%s and --apply: choose one", f.dryRun)
-				}
-			default:
-				return fmt.Errorf("--dry-run %q: none, client or server", f.dryRun)
-			}
-			switch f.output {
-			case "yaml", "json":
-			default:
-				return fmt.Errorf("-o %q: yaml or json", f.output)
-			}
-			if f.timeout <= 0 {
-				return fmt.Errorf("--timeout %v: must be positive", f.timeout)
-			}
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
-			defer stop()
-			return migrateIPsecGateway(ctx, o, args[0], f)
-		},
-	}
-	cmd.Flags().StringVar(&f.dryRun, "dry-run", "server", "server: print the objects the API server accepts, apply nothing; client: print them without asking it; none: apply (--apply)")
-	cmd.Flags().Lookup("dry-run").NoOptDefVal = "server"
-	cmd.Flags().BoolVar(&f.apply, "apply", false, "apply the objects, hand the endpoint over, wait and delete the IPsecGateway")
-	cmd.Flags().StringVarP(&f.output, "output", "o", "yaml", "output format of --dry-run: yaml or json")
-	cmd.Flags().DurationVar(&f.timeout, "timeout", 120*time.Second, "how long --apply waits after the handover for the gateway to be Ready and every peer Connected")
-	cmd.Flags().BoolVar(&f.keepLegacy, "keep-legacy", false, "keep the (released) IPsecGateway instead of deleting it")
-	cmd.Flags().StringVar(&f.names.Gateway, "gateway", "", "name of the new VPNGateway (default: the IPsecGateway's)")
-	cmd.Flags().StringVar(&f.names.PeerPrefix, "peer-prefix", "", "put before each tunnel's name to name its VPNPeer")
-	return cmd
-}
-
-func migrateIPsecGateway(ctx context.Context, o *options, name string, f migrateFlags) error {
-	ns, _, err := o.namespace()
-	if err != nil {
-		return err
-	}
-	c, err := o.newClient()
-	if err != nil {
-		return err
-	}
+// Run migrates the IPsecGateway as o asks: the objects printed (a dry run), or applied and
+// the endpoint handed over. What happens is written to out; warnings, and on failure what is
+// in the cluster and how to roll it back, to errOut.
+func Run(ctx context.Context, c client.Client, o Options, out, errOut io.Writer) error {
+	ns, name := o.Namespace, o.IPsecGateway
 	var legacyGW ipsecv1.IPsecGateway
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &legacyGW); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -147,29 +72,34 @@ func migrateIPsecGateway(ctx context.Context, o *options, name string, f migrate
 		}
 		return fmt.Errorf("reading IPsecGateway %s/%s: %w", ns, name, err)
 	}
-	plan, err := planMigration(&legacyGW, f.names)
+	plan, err := NewPlan(&legacyGW, o.Names)
 	if err != nil {
 		return err
 	}
 	for _, w := range plan.Warnings {
-		warnf(o, "%s", w)
+		warnf(errOut, "%s", w)
 	}
-	if f.dryRun == "client" {
-		return printObjects(o.streams.Out, f.output, plan.objects())
+	if !o.Apply && o.DryRun == "client" {
+		return manifests.Write(out, o.Output, plan.objects())
 	}
 	existing, err := checkAgainstCluster(ctx, c, plan)
 	if err != nil {
 		return err
 	}
-	if !f.apply {
-		return printObjects(o.streams.Out, f.output, plan.objects())
+	if !o.Apply {
+		return manifests.Write(out, o.Output, plan.objects())
 	}
-	m := &migration{o: o, c: c, legacy: &legacyGW, plan: plan, timeout: f.timeout, keepLegacy: f.keepLegacy}
+	m := &migration{c: c, legacy: &legacyGW, plan: plan, timeout: o.Timeout, keepLegacy: o.KeepLegacy,
+		kubectlCmd: o.Kubectl, now: o.Now, out: out, errOut: errOut}
 	return m.run(ctx, existing)
 }
 
+func warnf(w io.Writer, format string, args ...any) {
+	fmt.Fprintf(w, "warning: "+format+"\n", args...)
+}
+
 // objects are the plan's objects in apply order: the gateway, then its peers.
-func (p *migrationPlan) objects() []client.Object {
+func (p *Plan) objects() []client.Object {
 	out := []client.Object{p.Gateway}
 	for i := range p.Peers {
 		out = append(out, &p.Peers[i])
@@ -190,7 +120,7 @@ func objectRef(obj client.Object) string {
 // is: an object of the same name that exists and differs, another VPNPeer on the new gateway,
 // an object the API server refuses (server-side dry run). It returns the objects that exist
 // already, identical (a migration run before).
-func checkAgainstCluster(ctx context.Context, c client.Client, plan *migrationPlan) (map[string]bool, error) {
+func checkAgainstCluster(ctx context.Context, c client.Client, plan *Plan) (map[string]bool, error) {
 	gw := plan.Gateway
 	existing := map[string]bool{}
 	var refused []string
@@ -238,7 +168,7 @@ func checkAgainstCluster(ctx context.Context, c client.Client, plan *migrationPl
 		}
 	}
 	if len(refused) > 0 {
-		return nil, &migrationRefused{Legacy: gw.Namespace + "/" + gw.Annotations[annotationMigratedFrom], Reasons: refused}
+		return nil, &Refused{Legacy: gw.Namespace + "/" + gw.Annotations[AnnotationMigratedFrom], Reasons: refused}
 	}
 	return existing, nil
 }
@@ -285,10 +215,9 @@ func diffPaths(path string, a, b any, out *[]string) {
 
 // migration is one --apply run.
 type migration struct {
-	o          *options
 	c          client.Client
 	legacy     *ipsecv1.IPsecGateway
-	plan       *migrationPlan
+	plan       *Plan
 	timeout    time.Duration
 	keepLegacy bool
 
@@ -296,10 +225,14 @@ type migration struct {
 	applied []client.Object
 	// handedOver: the IPsecGateway carries the migrated-to annotation.
 	handedOver bool
+
+	kubectlCmd  string
+	now         func() time.Time
+	out, errOut io.Writer
 }
 
 func (m *migration) run(ctx context.Context, existing map[string]bool) error {
-	out := m.o.streams.Out
+	out := m.out
 	for _, obj := range m.plan.objects() {
 		ref := objectRef(obj)
 		if existing[ref] {
@@ -311,7 +244,7 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 			return m.fail(fmt.Errorf("applying %s: %w", ref, err))
 		}
 		m.applied = append(m.applied, obj)
-		fmt.Fprintf(out, "%s applied (server-side, field manager %s)\n", qualified(ref), migrateFieldManager)
+		fmt.Fprintf(out, "%s applied (server-side, field manager %s)\n", qualified(ref), FieldManager)
 	}
 
 	target := m.plan.Gateway.Name
@@ -332,7 +265,7 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 
 	start := handover
 	if start.IsZero() {
-		start = m.o.now()
+		start = m.now()
 	}
 	deadline := start.Add(m.timeout)
 	var st *migrationState
@@ -350,7 +283,7 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 		if st != nil && st.done() {
 			break
 		}
-		now := m.o.now()
+		now := m.now()
 		// the cutover's timeline: what is awaited, each time that changes
 		if w := st.waitingFor(); st != nil && w != waiting {
 			fmt.Fprintf(out, "  +%.1fs waiting for %s\n", now.Sub(start).Seconds(), w)
@@ -362,8 +295,8 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 				why = "interrupted"
 			}
 			if st != nil {
-				m.printState(m.o.streams.ErrOut, st)
-				fmt.Fprintln(m.o.streams.ErrOut)
+				m.printState(m.errOut, st)
+				fmt.Fprintln(m.errOut)
 			}
 			return m.fail(fmt.Errorf("%s waiting for %s", why, st.waitingFor()))
 		}
@@ -372,7 +305,7 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 		case <-time.After(min(migratePoll, deadline.Sub(now))):
 		}
 	}
-	connected := m.o.now()
+	connected := m.now()
 	if !handover.IsZero() {
 		fmt.Fprintf(out, "outage: %.1fs (from the handover to every new VPNPeer Connected, measured every %v)\n",
 			connected.Sub(handover).Seconds(), migratePoll)
@@ -394,15 +327,15 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 			m.legacy.Name, err, m.kubectl(), m.legacy.Name)
 	}
 	// its finalizer is removed by the operator without touching the cloud
-	gone := m.o.now().Add(30 * time.Second)
+	gone := m.now().Add(30 * time.Second)
 	for {
 		err := m.c.Get(ctx, client.ObjectKeyFromObject(m.legacy), &ipsecv1.IPsecGateway{})
 		if apierrors.IsNotFound(err) {
 			fmt.Fprintf(out, "ipsecgateway.ipsec.bnerd.net/%s deleted\n", m.legacy.Name)
 			return nil
 		}
-		if ctx.Err() != nil || !m.o.now().Before(gone) {
-			warnf(m.o, "IPsecGateway %s is deleted but still present (its finalizer is the operator's): %s get ipsecgateway %s", m.legacy.Name, m.kubectl(), m.legacy.Name)
+		if ctx.Err() != nil || !m.now().Before(gone) {
+			warnf(m.errOut, "IPsecGateway %s is deleted but still present (its finalizer is the operator's): %s get ipsecgateway %s", m.legacy.Name, m.kubectl(), m.legacy.Name)
 			return nil
 		}
 		select {
@@ -417,7 +350,7 @@ func (m *migration) run(ctx context.Context, existing map[string]bool) error {
 // plugin does not link.
 const reasonMigrated = "Migrated"
 
-// stampOnceReleased stamps the new VPNGateway with annotationHandover once the operator has
+// stampOnceReleased stamps the new VPNGateway with AnnotationHandover once the operator has
 // released the IPsecGateway (or it is gone), and says whether it did. The change makes the
 // operator look at the gateway at once: a gateway that found the service CIDR or the node
 // still held by the legacy one would otherwise wait for its next retry.
@@ -434,13 +367,13 @@ func (m *migration) stampOnceReleased(ctx context.Context, since time.Time) bool
 			return false
 		}
 	}
-	now := m.o.now()
-	fmt.Fprintf(m.o.streams.Out, "ipsecgateway.ipsec.bnerd.net/%s released by the operator (%.1fs after the handover)\n", m.legacy.Name, now.Sub(since).Seconds())
+	now := m.now()
+	fmt.Fprintf(m.out, "ipsecgateway.ipsec.bnerd.net/%s released by the operator (%.1fs after the handover)\n", m.legacy.Name, now.Sub(since).Seconds())
 	gw := &vpnv1.VPNGateway{}
 	gw.Namespace, gw.Name = m.plan.Gateway.Namespace, m.plan.Gateway.Name
-	stamp := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotationHandover, now.UTC().Format(time.RFC3339Nano))
+	stamp := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, AnnotationHandover, now.UTC().Format(time.RFC3339Nano))
 	if err := m.c.Patch(ctx, gw, client.RawPatch(types.MergePatchType, []byte(stamp))); err != nil {
-		warnf(m.o, "annotating VPNGateway %s %s: %v (the operator picks the gateway up at its next retry)", gw.Name, annotationHandover, err)
+		warnf(m.errOut, "annotating VPNGateway %s %s: %v (the operator picks the gateway up at its next retry)", gw.Name, AnnotationHandover, err)
 	}
 	return true
 }
@@ -456,7 +389,7 @@ func (m *migration) handOver(ctx context.Context) (time.Time, error) {
 		if err := m.c.Get(ctx, client.ObjectKeyFromObject(m.legacy), cur); err != nil {
 			return time.Time{}, err
 		}
-		again, err := planMigration(cur, migrateNames{Gateway: target, PeerPrefix: m.plan.prefix})
+		again, err := NewPlan(cur, Names{Gateway: target, PeerPrefix: m.plan.prefix})
 		if err != nil {
 			return time.Time{}, fmt.Errorf("the IPsecGateway changed since it was read: %w", err)
 		}
@@ -477,7 +410,7 @@ func (m *migration) handOver(ctx context.Context) (time.Time, error) {
 		if err != nil {
 			return time.Time{}, err
 		}
-		at := m.o.now()
+		at := m.now()
 		if err := m.c.Patch(ctx, cur, client.RawPatch(types.JSONPatchType, patch)); err != nil {
 			if attempt < 3 && (apierrors.IsInvalid(err) || apierrors.IsConflict(err)) {
 				continue // changed in between: read and check again
@@ -490,7 +423,7 @@ func (m *migration) handOver(ctx context.Context) (time.Time, error) {
 }
 
 // samePlan: both plans write the same objects.
-func samePlan(a, b *migrationPlan) bool {
+func samePlan(a, b *Plan) bool {
 	if len(a.Peers) != len(b.Peers) || !reflect.DeepEqual(a.Gateway.ObjectMeta, b.Gateway.ObjectMeta) || !reflect.DeepEqual(a.Gateway.Spec, b.Gateway.Spec) {
 		return false
 	}
@@ -512,7 +445,7 @@ func applyObject(ctx context.Context, c client.Client, obj client.Object) error 
 	if md, ok := u["metadata"].(map[string]any); ok {
 		delete(md, "creationTimestamp")
 	}
-	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}), client.FieldOwner(migrateFieldManager))
+	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}), client.FieldOwner(FieldManager))
 }
 
 // migrationState is what --apply waits for.
@@ -610,7 +543,7 @@ func (m *migration) printState(w io.Writer, st *migrationState) {
 
 // fail says what is in the cluster now and how to roll it back, and returns err.
 func (m *migration) fail(err error) error {
-	w := m.o.streams.ErrOut
+	w := m.errOut
 	if len(m.applied) == 0 && !m.handedOver {
 		fmt.Fprintln(w, "Nothing was applied.")
 		return err
@@ -650,16 +583,7 @@ func (m *migration) fail(err error) error {
 // kubectl is the kubectl command line for the legacy object's namespace, with the
 // --kubeconfig and --context this run was given.
 func (m *migration) kubectl() string {
-	out := "kubectl"
-	if f := m.o.flags; f != nil {
-		if f.KubeConfig != nil && *f.KubeConfig != "" {
-			out += " --kubeconfig " + *f.KubeConfig
-		}
-		if f.Context != nil && *f.Context != "" {
-			out += " --context " + *f.Context
-		}
-	}
-	return out + " -n " + m.legacy.Namespace
+	return cmp.Or(m.kubectlCmd, "kubectl") + " -n " + m.legacy.Namespace
 }
 
 func qualified(ref string) string {

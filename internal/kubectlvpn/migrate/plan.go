@@ -1,4 +1,7 @@
-package main
+// Package migrate is kubectl vpn migrate: the VPNGateway and VPNPeers a legacy IPsecGateway
+// becomes without a change on the client's side (NewPlan, pure), and the cutover that applies
+// them, hands the endpoint over, waits for the tunnels and removes the legacy object (Run).
+package migrate
 
 import (
 	"fmt"
@@ -12,20 +15,20 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/legacy"
 )
 
-// annotationMigratedFrom on the new VPNGateway and VPNPeers names the IPsecGateway (same
+// AnnotationMigratedFrom on the new VPNGateway and VPNPeers names the IPsecGateway (same
 // namespace) they were migrated from: for people and for a rollback, read by nothing else.
-const annotationMigratedFrom = "vpn.bnerd.net/migrated-from"
+const AnnotationMigratedFrom = "vpn.bnerd.net/migrated-from"
 
-// migrateNames are the names the migration gives the new objects.
-type migrateNames struct {
+// Names are the names the migration gives the new objects.
+type Names struct {
 	// Gateway is the new VPNGateway's name (default: the IPsecGateway's).
 	Gateway string
 	// PeerPrefix is put before each tunnel's name to name its VPNPeer.
 	PeerPrefix string
 }
 
-// migrationPlan is what `kubectl vpn migrate` applies for one IPsecGateway.
-type migrationPlan struct {
+// Plan is what `kubectl vpn migrate` applies for one IPsecGateway.
+type Plan struct {
 	Gateway *vpnv1.VPNGateway
 	Peers   []vpnv1.VPNPeer
 	// Warnings are what the user should know but does not stop the migration.
@@ -34,21 +37,21 @@ type migrationPlan struct {
 	prefix string
 }
 
-// migrationRefused lists every reason an IPsecGateway cannot be carried over exactly, each
+// Refused lists every reason an IPsecGateway cannot be carried over exactly, each
 // naming the field.
-type migrationRefused struct {
+type Refused struct {
 	Legacy  string
 	Reasons []string
 }
 
-func (e *migrationRefused) Error() string {
+func (e *Refused) Error() string {
 	return fmt.Sprintf("IPsecGateway %s cannot be migrated without a change on the client's side:\n  - %s",
 		e.Legacy, strings.Join(e.Reasons, "\n  - "))
 }
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
-// planMigration is the VPNGateway and VPNPeers (one per tunnel, in tunnel order) that the
+// NewPlan is the VPNGateway and VPNPeers (one per tunnel, in tunnel order) that the
 // client cannot tell apart from the IPsecGateway: internal/legacy.Translate (the translation
 // the operator itself serves the legacy object through, so grants are exactly the legacy
 // CR's: one tunnel gets no authorization block, DefaultAllow; several get blocks granting
@@ -61,7 +64,7 @@ var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 //   - the service CIDR and every virtual IP, from the legacy status when spec left them empty.
 //
 // Pure: g is what the API server returned for the IPsecGateway.
-func planMigration(g *ipsecv1.IPsecGateway, names migrateNames) (*migrationPlan, error) {
+func NewPlan(g *ipsecv1.IPsecGateway, names Names) (*Plan, error) {
 	legacyName := g.Namespace + "/" + g.Name
 	var refused []string
 	refuse := func(format string, args ...any) { refused = append(refused, fmt.Sprintf(format, args...)) }
@@ -132,7 +135,7 @@ func planMigration(g *ipsecv1.IPsecGateway, names migrateNames) (*migrationPlan,
 
 	gw, tunnels := legacy.Translate(g)
 	gw.TypeMeta = metav1.TypeMeta{APIVersion: vpnv1.GroupVersion.String(), Kind: "VPNGateway"}
-	gw.ObjectMeta = metav1.ObjectMeta{Namespace: g.Namespace, Name: target, Annotations: map[string]string{annotationMigratedFrom: g.Name}}
+	gw.ObjectMeta = metav1.ObjectMeta{Namespace: g.Namespace, Name: target, Annotations: map[string]string{AnnotationMigratedFrom: g.Name}}
 	gw.Status = vpnv1.VPNGatewayStatus{}
 	gw.Spec.Endpoint = ep
 	gw.Spec.ServiceCIDR = serviceCIDR
@@ -167,7 +170,7 @@ func planMigration(g *ipsecv1.IPsecGateway, names migrateNames) (*migrationPlan,
 			refuse("spec.tunnels[%q]: the VPNPeer name %q is not a DNS label of at most 63 characters (--peer-prefix)", p.Name, name)
 		}
 		p.TypeMeta = metav1.TypeMeta{APIVersion: vpnv1.GroupVersion.String(), Kind: "VPNPeer"}
-		p.ObjectMeta = metav1.ObjectMeta{Namespace: g.Namespace, Name: name, Annotations: map[string]string{annotationMigratedFrom: g.Name}}
+		p.ObjectMeta = metav1.ObjectMeta{Namespace: g.Namespace, Name: name, Annotations: map[string]string{AnnotationMigratedFrom: g.Name}}
 		p.Spec.GatewayRef = target
 		p.Status = vpnv1.VPNPeerStatus{}
 		peers = append(peers, p)
@@ -191,9 +194,9 @@ func planMigration(g *ipsecv1.IPsecGateway, names migrateNames) (*migrationPlan,
 	}
 
 	if len(refused) > 0 {
-		return nil, &migrationRefused{Legacy: legacyName, Reasons: refused}
+		return nil, &Refused{Legacy: legacyName, Reasons: refused}
 	}
-	return &migrationPlan{Gateway: gw, Peers: peers, Warnings: warnings, prefix: names.PeerPrefix}, nil
+	return &Plan{Gateway: gw, Peers: peers, Warnings: warnings, prefix: names.PeerPrefix}, nil
 }
 
 // pinVirtualIP is an exposure's virtual IP: spec's, else the one the operator assigned

@@ -1,4 +1,4 @@
-package main
+package migrate
 
 import (
 	"encoding/json"
@@ -64,13 +64,13 @@ func TestPlanMigration(t *testing.T) {
 		name    string
 		tunnels []string
 		edit    func(*ipsecv1.IPsecGateway)
-		names   migrateNames
-		check   func(t *testing.T, p *migrationPlan)
+		names   Names
+		check   func(t *testing.T, p *Plan)
 		refused []string // each must appear in the error
 	}{{
 		name:    "one tunnel: no authorization block (DefaultAllow), everything pinned",
 		tunnels: []string{"hq"},
-		check: func(t *testing.T, p *migrationPlan) {
+		check: func(t *testing.T, p *Plan) {
 			gw := p.Gateway
 			if gw.Name != "acme" || gw.Namespace != "acme" || gw.Kind != "VPNGateway" || gw.APIVersion != "vpn.bnerd.net/v1alpha1" {
 				t.Errorf("gateway %s %s/%s", gw.GroupVersionKind(), gw.Namespace, gw.Name)
@@ -78,7 +78,7 @@ func TestPlanMigration(t *testing.T) {
 			if gw.UID != "" || gw.Generation != 0 || !reflect.DeepEqual(gw.Status, vpnv1.VPNGatewayStatus{}) {
 				t.Errorf("server fields or status carried over: %+v %+v", gw.ObjectMeta, gw.Status)
 			}
-			if gw.Annotations[annotationMigratedFrom] != "acme" {
+			if gw.Annotations[AnnotationMigratedFrom] != "acme" {
 				t.Errorf("annotations %v", gw.Annotations)
 			}
 			if !reflect.DeepEqual(gw.Spec.Endpoint, vpnv1.Endpoint{FloatingIP: "198.51.100.7"}) {
@@ -126,7 +126,7 @@ func TestPlanMigration(t *testing.T) {
 	}, {
 		name:    "two tunnels: every exposure to each, the reverse exposure to the tunnel holding its target",
 		tunnels: []string{"hq", "branch"},
-		check: func(t *testing.T, p *migrationPlan) {
+		check: func(t *testing.T, p *Plan) {
 			got := map[string]vpnv1.Authorization{}
 			for _, peer := range p.Peers {
 				if peer.Spec.Authorization == nil {
@@ -148,10 +148,10 @@ func TestPlanMigration(t *testing.T) {
 	}, {
 		name:    "names: --gateway and --peer-prefix",
 		tunnels: []string{"hq", "branch"},
-		names:   migrateNames{Gateway: "acme-vpn", PeerPrefix: "acme-"},
-		check: func(t *testing.T, p *migrationPlan) {
+		names:   Names{Gateway: "acme-vpn", PeerPrefix: "acme-"},
+		check: func(t *testing.T, p *Plan) {
 			if p.Gateway.Name != "acme-vpn" || p.Peers[0].Name != "acme-hq" || p.Peers[1].Name != "acme-branch" ||
-				p.Peers[0].Spec.GatewayRef != "acme-vpn" || p.Peers[1].Annotations[annotationMigratedFrom] != "acme" {
+				p.Peers[0].Spec.GatewayRef != "acme-vpn" || p.Peers[1].Annotations[AnnotationMigratedFrom] != "acme" {
 				t.Errorf("names %s %s/%s %s/%s", p.Gateway.Name, p.Peers[0].Name, p.Peers[0].Spec.GatewayRef, p.Peers[1].Name, p.Peers[1].Spec.GatewayRef)
 			}
 		},
@@ -162,7 +162,7 @@ func TestPlanMigration(t *testing.T) {
 			g.Spec.ServiceCIDR = "100.64.7.0/24"
 			g.Spec.Endpoint = vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1"}}
 		},
-		check: func(t *testing.T, p *migrationPlan) {
+		check: func(t *testing.T, p *Plan) {
 			if ep := p.Gateway.Spec.Endpoint; ep.HostNetwork == nil || *ep.HostNetwork != (vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.7"}) {
 				t.Errorf("endpoint %+v: want node-1 pinned to the legacy address", ep.HostNetwork)
 			}
@@ -174,7 +174,7 @@ func TestPlanMigration(t *testing.T) {
 		name:    "a pinned floating IP stays pinned",
 		tunnels: []string{"hq"},
 		edit:    func(g *ipsecv1.IPsecGateway) { g.Spec.Endpoint = vpnv1.Endpoint{FloatingIP: "198.51.100.7"} },
-		check: func(t *testing.T, p *migrationPlan) {
+		check: func(t *testing.T, p *Plan) {
 			if p.Gateway.Spec.Endpoint != (vpnv1.Endpoint{FloatingIP: "198.51.100.7"}) || p.Gateway.Spec.IPsec.LocalID != "198.51.100.7" {
 				t.Errorf("endpoint %+v local ID %q", p.Gateway.Spec.Endpoint, p.Gateway.Spec.IPsec.LocalID)
 			}
@@ -183,7 +183,7 @@ func TestPlanMigration(t *testing.T) {
 		name:    "a tunnel that is down is warned about",
 		tunnels: []string{"hq", "branch"},
 		edit:    func(g *ipsecv1.IPsecGateway) { g.Status.Tunnels[1].State = "Connecting" },
-		check: func(t *testing.T, p *migrationPlan) {
+		check: func(t *testing.T, p *Plan) {
 			if !strings.Contains(strings.Join(p.Warnings, "\n"), "tunnel branch is not Established on the legacy gateway (Connecting)") {
 				t.Errorf("warnings %q", p.Warnings)
 			}
@@ -235,7 +235,7 @@ func TestPlanMigration(t *testing.T) {
 	}, {
 		name:    "refused: handed over to another gateway, being deleted, names too long",
 		tunnels: []string{"hq"},
-		names:   migrateNames{PeerPrefix: strings.Repeat("p", 62)},
+		names:   Names{PeerPrefix: strings.Repeat("p", 62)},
 		edit: func(g *ipsecv1.IPsecGateway) {
 			g.Annotations = map[string]string{ipsecv1.AnnotationMigratedTo: "elsewhere"}
 			now := metav1.Now()
@@ -253,9 +253,9 @@ func TestPlanMigration(t *testing.T) {
 				tc.edit(g)
 			}
 			before := g.DeepCopy()
-			p, err := planMigration(g, tc.names)
+			p, err := NewPlan(g, tc.names)
 			if !reflect.DeepEqual(g, before) {
-				t.Errorf("planMigration changed the IPsecGateway")
+				t.Errorf("NewPlan changed the IPsecGateway")
 			}
 			if len(tc.refused) > 0 {
 				if err == nil {
@@ -295,7 +295,7 @@ func TestMigratedRendersLikeTheLegacy(t *testing.T) {
 		g := legacyGateway(tunnels...)
 		g.Spec.Exposures[0].Target = vpnv1.ExposureTarget{Address: "10.0.0.8", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}
 		g.CreationTimestamp = metav1.NewTime(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-		p, err := planMigration(g, migrateNames{})
+		p, err := NewPlan(g, Names{})
 		if err != nil {
 			t.Fatal(err)
 		}

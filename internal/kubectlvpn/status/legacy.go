@@ -1,39 +1,36 @@
-package main
+package status
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 )
 
-// legacyReport is one legacy IPsecGateway (ipsec.bnerd.net): the operator's conditions and
+// LegacyReport is one legacy IPsecGateway (ipsec.bnerd.net): the operator's conditions and
 // the agent's tunnels as its status holds them.
-type legacyReport struct {
+type LegacyReport struct {
 	Namespace     string         `json:"namespace"`
 	Name          string         `json:"name"`
-	Endpoint      endpointReport `json:"endpoint"`
+	Endpoint      EndpointReport `json:"endpoint"`
 	PublicAddress string         `json:"publicAddress"`
 	ServiceCIDR   string         `json:"serviceCIDR"`
 	// MigratedTo is the VPNGateway it was released to (kubectl vpn migrate), if any.
 	MigratedTo string               `json:"migratedTo,omitempty"`
-	Ready      conditionReport      `json:"ready"`
-	Cause      *causeReport         `json:"cause"`
+	Ready      ConditionReport      `json:"ready"`
+	Cause      *CauseReport         `json:"cause"`
 	TunnelsUp  string               `json:"tunnelsUp"`
-	Tunnels    []legacyTunnelReport `json:"tunnels"`
+	Tunnels    []LegacyTunnelReport `json:"tunnels"`
 }
 
-type legacyTunnelReport struct {
+// LegacyTunnelReport is one tunnel of an IPsecGateway.
+type LegacyTunnelReport struct {
 	Name          string   `json:"name"`
 	RemoteSubnets []string `json:"remoteSubnets"`
 	// State is the agent's (Established, Connecting, Down), "" until it reported.
@@ -44,42 +41,14 @@ type legacyTunnelReport struct {
 	LastError             string `json:"lastError,omitempty"`
 }
 
-// loadLegacy reads the IPsecGateways asked for (one by name, all of a namespace, or all),
-// sorted by namespace and name. A name that is not an IPsecGateway gives none.
-func loadLegacy(ctx context.Context, c client.Client, namespace, name string, all bool) ([]ipsecv1.IPsecGateway, error) {
-	if name != "" {
-		var g ipsecv1.IPsecGateway
-		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &g); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, nil
-			}
-			return nil, err
-		}
-		return []ipsecv1.IPsecGateway{g}, nil
-	}
-	var list ipsecv1.IPsecGatewayList
-	var opts []client.ListOption
-	if !all {
-		opts = append(opts, client.InNamespace(namespace))
-	}
-	if err := c.List(ctx, &list, opts...); err != nil {
-		return nil, err
-	}
-	sort.Slice(list.Items, func(i, j int) bool {
-		a, b := list.Items[i], list.Items[j]
-		return a.Namespace < b.Namespace || a.Namespace == b.Namespace && a.Name < b.Name
-	})
-	return list.Items, nil
-}
-
-// legacyReportOf is the report of one IPsecGateway at now.
-func legacyReportOf(g *ipsecv1.IPsecGateway, now time.Time) legacyReport {
-	ready, cause := readiness(&vpnv1.VPNGateway{Status: vpnv1.VPNGatewayStatus{Conditions: g.Status.Conditions}})
-	r := legacyReport{
+// LegacyReportOf is the report of one IPsecGateway at now.
+func LegacyReportOf(g *ipsecv1.IPsecGateway, now time.Time) LegacyReport {
+	ready, cause := Readiness(&vpnv1.VPNGateway{Status: vpnv1.VPNGatewayStatus{Conditions: g.Status.Conditions}})
+	r := LegacyReport{
 		Namespace: g.Namespace, Name: g.Name, Endpoint: endpointOf(g.Spec.Endpoint),
 		PublicAddress: g.Status.PublicAddress, ServiceCIDR: g.Status.ServiceCIDR,
 		MigratedTo: g.Annotations[ipsecv1.AnnotationMigratedTo],
-		Ready:      ready, Cause: cause, TunnelsUp: g.Status.TunnelsUp, Tunnels: []legacyTunnelReport{},
+		Ready:      ready, Cause: cause, TunnelsUp: g.Status.TunnelsUp, Tunnels: []LegacyTunnelReport{},
 	}
 	state := map[string]ipsecv1.TunnelStatus{}
 	for _, s := range g.Status.Tunnels {
@@ -87,7 +56,7 @@ func legacyReportOf(g *ipsecv1.IPsecGateway, now time.Time) legacyReport {
 	}
 	for _, t := range g.Spec.Tunnels {
 		s := state[t.Name]
-		tr := legacyTunnelReport{Name: t.Name, RemoteSubnets: t.RemoteSubnets, State: s.State,
+		tr := LegacyTunnelReport{Name: t.Name, RemoteSubnets: t.RemoteSubnets, State: s.State,
 			BytesIn: s.BytesIn, BytesOut: s.BytesOut, LastError: s.LastError}
 		if s.EstablishedAt != nil && s.State == "Established" {
 			secs := int64(now.Sub(s.EstablishedAt.Time) / time.Second)
@@ -98,8 +67,8 @@ func legacyReportOf(g *ipsecv1.IPsecGateway, now time.Time) legacyReport {
 	return r
 }
 
-// printLegacyStatus prints one IPsecGateway as a table, as printGatewayStatus a VPNGateway.
-func printLegacyStatus(w io.Writer, g legacyReport) {
+// PrintLegacy prints one IPsecGateway as a table, as PrintGateway a VPNGateway.
+func PrintLegacy(w io.Writer, g LegacyReport) {
 	fmt.Fprintf(w, "IPsecGateway %s/%s (legacy ipsec.bnerd.net; kubectl vpn migrate ipsecgateway %s moves it)\n", g.Namespace, g.Name, g.Name)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	field := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
@@ -108,13 +77,13 @@ func printLegacyStatus(w io.Writer, g legacyReport) {
 		ep += " " + g.Endpoint.Detail
 	}
 	field("endpoint", ep)
-	field("public address", orDash(g.PublicAddress))
-	field("service CIDR", orDash(g.ServiceCIDR))
+	field("public address", OrDash(g.PublicAddress))
+	field("service CIDR", OrDash(g.ServiceCIDR))
 	if g.MigratedTo != "" {
 		field("migrated to", "VPNGateway "+g.MigratedTo+" (released: the operator no longer runs it)")
 	}
-	field("ready", readyText(gatewayReport{Ready: g.Ready, Cause: g.Cause}))
-	field("tunnels up", orDash(g.TunnelsUp))
+	field("ready", readyText(GatewayReport{Ready: g.Ready, Cause: g.Cause}))
+	field("tunnels up", OrDash(g.TunnelsUp))
 	tw.Flush()
 	fmt.Fprintln(w)
 	if len(g.Tunnels) == 0 {
@@ -128,8 +97,8 @@ func printLegacyStatus(w io.Writer, g legacyReport) {
 		if t.EstablishedForSeconds != nil {
 			est = duration.HumanDuration(time.Duration(*t.EstablishedForSeconds) * time.Second)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, orDash(strings.Join(t.RemoteSubnets, ",")), orDash(t.State), est,
-			humanBytes(t.BytesIn), humanBytes(t.BytesOut), orDash(t.LastError))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, OrDash(strings.Join(t.RemoteSubnets, ",")), OrDash(t.State), est,
+			HumanBytes(t.BytesIn), HumanBytes(t.BytesOut), OrDash(t.LastError))
 	}
 	tw.Flush()
 }

@@ -1,29 +1,23 @@
-package main
+// Package status is kubectl vpn status: the report on gateways, their peers' tunnels and who
+// may reach what (a stable shape for -o json and yaml, docs/kubectl-vpn.md), its tables, and
+// the legacy IPsecGateways' report.
+package status
 
 import (
-	"context"
-	"fmt"
-	"net/netip"
-	"slices"
-	"sort"
-	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
-	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kubectlvpn/gateways"
 )
 
-// gatewayConditionOrder is the order in which the operator summarises a gateway's conditions
+// GatewayConditionOrder is the order in which the operator summarises a gateway's conditions
 // into Ready: Ready is False with the reason and message of the first one that is not True
 // (internal/controller/gateway_status.go, conditionOrder).
-var gatewayConditionOrder = []string{
+var GatewayConditionOrder = []string{
 	vpnv1.ConditionAddressesAllocated,
 	vpnv1.ConditionConfigValid,
 	"GrantsValid",
@@ -33,215 +27,52 @@ var gatewayConditionOrder = []string{
 	vpnv1.ConditionGatewayAvailable,
 }
 
-// conditionCredentialsReady is the operator's peer condition on the referenced Secrets.
-const conditionCredentialsReady = "CredentialsReady"
+// ConditionCredentialsReady is the operator's peer condition on the referenced Secrets.
+const ConditionCredentialsReady = "CredentialsReady"
 
-// gatewayData is what the API server holds about one gateway, and what its agent says.
-type gatewayData struct {
-	gw    *vpnv1.VPNGateway
-	peers []vpnv1.VPNPeer // sorted by name
-	// decisions are model.Authorize's, computed here from the gateway and its peers.
-	decisions map[string]model.Decision
-	pod       *corev1.Pod
-	// noPod says why there is no pod to ask; metricsErr why the metrics could not be read.
-	noPod      string
-	metrics    *agentMetrics
-	metricsErr string
-}
-
-// loadGateways reads the gateways asked for (one by name, or all of a namespace, or all) and
-// every peer of theirs. Secrets are never read.
-func loadGateways(ctx context.Context, c client.Client, namespace, name string, all bool) ([]*gatewayData, error) {
-	var gws []vpnv1.VPNGateway
-	switch {
-	case name != "":
-		var gw vpnv1.VPNGateway
-		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &gw); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("VPNGateway %s/%s not found", namespace, name)
-			}
-			return nil, err
-		}
-		gws = []vpnv1.VPNGateway{gw}
-	default:
-		var list vpnv1.VPNGatewayList
-		opts := []client.ListOption{}
-		if !all {
-			opts = append(opts, client.InNamespace(namespace))
-		}
-		if err := c.List(ctx, &list, opts...); err != nil {
-			return nil, err
-		}
-		gws = list.Items
-	}
-	sort.Slice(gws, func(i, j int) bool {
-		if gws[i].Namespace != gws[j].Namespace {
-			return gws[i].Namespace < gws[j].Namespace
-		}
-		return gws[i].Name < gws[j].Name
-	})
-	peersByNS := map[string][]vpnv1.VPNPeer{}
-	var out []*gatewayData
-	for i := range gws {
-		gw := &gws[i]
-		ps, seen := peersByNS[gw.Namespace]
-		if !seen {
-			var list vpnv1.VPNPeerList
-			if err := c.List(ctx, &list, client.InNamespace(gw.Namespace)); err != nil {
-				return nil, err
-			}
-			ps = list.Items
-			peersByNS[gw.Namespace] = ps
-		}
-		d := &gatewayData{gw: gw}
-		for _, p := range ps {
-			if p.Spec.GatewayRef == gw.Name {
-				d.peers = append(d.peers, p)
-			}
-		}
-		sort.Slice(d.peers, func(i, j int) bool { return d.peers[i].Name < d.peers[j].Name })
-		d.decisions = decide(gw, d.peers)
-		out = append(out, d)
-	}
-	return out, nil
-}
-
-// decide runs the operator's authorization (internal/model) over the gateway and its peers,
-// with the scope built as the operator's PeerScope builds it from the gateway's status. The
-// operator's own configuration (the cluster's ranges) and the Secrets' types are not known
-// here: where they make a peer dark, the peer's Authorized condition says so.
-func decide(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer) map[string]model.Decision {
-	var live []vpnv1.VPNPeer
-	for _, p := range peers {
-		if p.DeletionTimestamp.IsZero() {
-			live = append(live, p)
-		}
-	}
-	scope := model.Scope{LocalID: model.GatewayLocalID(gw, gw.Status.PublicAddress)}
-	if c, err := netip.ParsePrefix(gw.Status.ServiceCIDR); err == nil {
-		scope.ServiceCIDR = c
-	}
-	d, _ := model.Authorize(gw, live, scope)
-	return d
-}
-
-// grants are the exposures and reverse exposures a decision gives a peer (as model.Build
-// fills them: everything under DefaultAllow, the peer's block when Authorized).
-func grants(gw *vpnv1.VPNGateway, p *vpnv1.VPNPeer, d model.Decision) (exp, rev []string) {
-	if !d.Authorized {
-		return nil, nil
-	}
-	if d.Reason == model.ReasonDefaultAllow {
-		for _, e := range gw.Spec.Exposures {
-			exp = appendNew(exp, e.Name)
-		}
-		for _, r := range gw.Spec.ReverseExposures {
-			rev = appendNew(rev, r.Name)
-		}
-	} else if a := p.Spec.Authorization; a != nil {
-		for _, e := range a.Exposures {
-			exp = appendNew(exp, e)
-		}
-		for _, r := range a.ReverseExposures {
-			rev = appendNew(rev, r)
-		}
-	}
-	slices.Sort(exp)
-	slices.Sort(rev)
-	return exp, rev
-}
-
-// effectiveAuthorized: the operator's Authorized condition when it reported one, else the
-// model's decision; the model's grants count only where the operator does not deny them.
-func (d *gatewayData) effectiveAuthorized(p *vpnv1.VPNPeer) bool {
-	dec := d.decisions[p.Name]
-	if c := meta.FindStatusCondition(p.Status.Conditions, vpnv1.ConditionAuthorized); c != nil && c.Status != metav1.ConditionTrue {
-		return false
-	}
-	return dec.Authorized
-}
-
-// reaches are the exposures the peer may reach, by name (sorted), and its reverse exposures.
-func (d *gatewayData) reaches(p *vpnv1.VPNPeer) (exp, rev []string) {
-	if !d.effectiveAuthorized(p) {
-		return nil, nil
-	}
-	return grants(d.gw, p, d.decisions[p.Name])
-}
-
-// loadAgent finds the gateway's pod and reads its agent's metrics (when asked to).
-func (d *gatewayData) loadAgent(ctx context.Context, c client.Client, a agentAccess, metrics bool) {
-	d.pod, d.noPod = gatewayPod(ctx, c, d.gw)
-	if !metrics {
-		return
-	}
-	if d.pod == nil {
-		d.metricsErr = d.noPod
-		return
-	}
-	if a == nil {
-		d.metricsErr = "no access to the API server's pod proxy"
-		return
-	}
-	m, err := readMetrics(ctx, a, d.gw, d.pod)
-	if err != nil {
-		d.metricsErr = "not reachable through the API server's pod proxy: " + shortError(err)
-		return
-	}
-	d.metrics = m
-}
-
-// shortError is an error on one line, at most 200 characters.
-func shortError(err error) string {
-	s := err.Error()
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 200 {
-		s = s[:197] + "..."
-	}
-	return s
-}
-
-// --- the report (kubectl vpn status -o json|yaml): a stable shape, see docs/kubectl-vpn.md ---
-
-// statusReport is status's machine-readable output.
-type statusReport struct {
+// Report is status's machine-readable output (-o json|yaml).
+type Report struct {
 	Kind       string          `json:"kind"`
 	APIVersion string          `json:"apiVersion"`
-	Gateways   []gatewayReport `json:"gateways"`
+	Gateways   []GatewayReport `json:"gateways"`
 	// IPsecGateways are the legacy gateways (ipsec.bnerd.net) asked for.
-	IPsecGateways []legacyReport `json:"ipsecGateways,omitempty"`
+	IPsecGateways []LegacyReport `json:"ipsecGateways,omitempty"`
 }
 
+// The report's kind and apiVersion.
 const (
-	reportAPIVersion = "kubectl-vpn.bnerd.net/v1alpha1"
-	statusKind       = "VPNStatus"
+	ReportAPIVersion = "kubectl-vpn.bnerd.net/v1alpha1"
+	ReportKind       = "VPNStatus"
 )
 
-type gatewayReport struct {
+// GatewayReport is one VPNGateway in the report.
+type GatewayReport struct {
 	Namespace     string         `json:"namespace"`
 	Name          string         `json:"name"`
 	Protocol      string         `json:"protocol"`
-	Endpoint      endpointReport `json:"endpoint"`
+	Endpoint      EndpointReport `json:"endpoint"`
 	PublicAddress string         `json:"publicAddress"`
 	ServiceCIDR   string         `json:"serviceCIDR"`
 	// Ready is the gateway's Ready condition; Cause the first condition (in the operator's
 	// order) that is not True, nil while Ready.
-	Ready            conditionReport         `json:"ready"`
-	Cause            *causeReport            `json:"cause"`
-	Peers            []peerReport            `json:"peers"`
-	Exposures        []exposureReport        `json:"exposures"`
-	ReverseExposures []reverseExposureReport `json:"reverseExposures"`
-	Agent            agentReport             `json:"agent"`
+	Ready            ConditionReport         `json:"ready"`
+	Cause            *CauseReport            `json:"cause"`
+	Peers            []PeerReport            `json:"peers"`
+	Exposures        []ExposureReport        `json:"exposures"`
+	ReverseExposures []ReverseExposureReport `json:"reverseExposures"`
+	Agent            AgentReport             `json:"agent"`
 }
 
-type endpointReport struct {
+// EndpointReport is the gateway's endpoint.
+type EndpointReport struct {
 	// Kind is loadBalancer, floatingIPPool, floatingIP or hostNetwork.
 	Kind string `json:"kind"`
 	// Detail is the load balancer class, the pool, the address or the node.
 	Detail string `json:"detail,omitempty"`
 }
 
-type conditionReport struct {
+// ConditionReport is one condition as the operator (or agent) reported it.
+type ConditionReport struct {
 	// Status is True, False or Unknown (also when the condition was not reported).
 	Status  string `json:"status"`
 	Reason  string `json:"reason"`
@@ -251,18 +82,20 @@ type conditionReport struct {
 	Reported bool `json:"reported"`
 }
 
-type causeReport struct {
+// CauseReport is the first condition (in the operator's order) that keeps a gateway from Ready.
+type CauseReport struct {
 	Condition string `json:"condition"`
 	Status    string `json:"status"`
 	Reason    string `json:"reason"`
 	Message   string `json:"message"`
 }
 
-type peerReport struct {
+// PeerReport is one VPNPeer of a gateway.
+type PeerReport struct {
 	Name             string          `json:"name"`
-	Authorized       conditionReport `json:"authorized"`
-	CredentialsReady conditionReport `json:"credentialsReady"`
-	Connected        conditionReport `json:"connected"`
+	Authorized       ConditionReport `json:"authorized"`
+	CredentialsReady ConditionReport `json:"credentialsReady"`
+	Connected        ConditionReport `json:"connected"`
 	// EstablishedAt (RFC 3339) and EstablishedForSeconds while Connected; null otherwise.
 	EstablishedAt         *metav1.Time `json:"establishedAt"`
 	EstablishedForSeconds *int64       `json:"establishedForSeconds"`
@@ -273,32 +106,36 @@ type peerReport struct {
 	// LastHandshake is WireGuard's; null for IPsec and before the first.
 	LastHandshake *metav1.Time `json:"lastHandshake"`
 	// AuthorizationDrops from the agent's metrics; null when they could not be read.
-	AuthorizationDrops *dropsReport `json:"authorizationDrops"`
+	AuthorizationDrops *DropsReport `json:"authorizationDrops"`
 	// Exposures and ReverseExposures the peer may reach (names).
 	Exposures        []string `json:"exposures"`
 	ReverseExposures []string `json:"reverseExposures"`
 }
 
-type dropsReport struct {
+// DropsReport are the packets the agent dropped by authorization, per direction.
+type DropsReport struct {
 	In  int64 `json:"in"`
 	Out int64 `json:"out"`
 }
 
-type exposureReport struct {
+// ExposureReport is one of the gateway's exposures.
+type ExposureReport struct {
 	Name      string       `json:"name"`
 	VirtualIP string       `json:"virtualIP"`
-	Target    targetReport `json:"target"`
+	Target    TargetReport `json:"target"`
 	Ports     []string     `json:"ports"`
 	// ReachableBy are the peers that may reach it (sorted).
 	ReachableBy []string `json:"reachableBy"`
 }
 
-type targetReport struct {
+// TargetReport is what an exposure forwards to: an address or a Service.
+type TargetReport struct {
 	Address string `json:"address,omitempty"`
 	Service string `json:"service,omitempty"`
 }
 
-type reverseExposureReport struct {
+// ReverseExposureReport is one of the gateway's reverse exposures.
+type ReverseExposureReport struct {
 	Name      string   `json:"name"`
 	VirtualIP string   `json:"virtualIP"`
 	Target    string   `json:"target"`
@@ -307,7 +144,8 @@ type reverseExposureReport struct {
 	Grantees []string `json:"grantees"`
 }
 
-type agentReport struct {
+// AgentReport is what was read from the gateway's pod.
+type AgentReport struct {
 	// Pod is the gateway pod asked; empty when there is none (Error says why).
 	Pod string `json:"pod"`
 	// Metrics is true when the agent's metrics were read; Error says why not.
@@ -320,17 +158,18 @@ type agentReport struct {
 	SpoofedDrops   *int64 `json:"spoofedDrops"`
 }
 
-func condition(conds []metav1.Condition, t string) conditionReport {
+// condition is the report of condition t ("Unknown", not Reported, when it is not there).
+func condition(conds []metav1.Condition, t string) ConditionReport {
 	c := meta.FindStatusCondition(conds, t)
 	if c == nil {
-		return conditionReport{Status: string(metav1.ConditionUnknown)}
+		return ConditionReport{Status: string(metav1.ConditionUnknown)}
 	}
-	return conditionReport{Status: string(c.Status), Reason: c.Reason, Message: c.Message, Reported: true}
+	return ConditionReport{Status: string(c.Status), Reason: c.Reason, Message: c.Message, Reported: true}
 }
 
-// readiness is the gateway's Ready condition and its first failing cause, in the operator's
+// Readiness is the gateway's Ready condition and its first failing cause, in the operator's
 // order.
-func readiness(gw *vpnv1.VPNGateway) (conditionReport, *causeReport) {
+func Readiness(gw *vpnv1.VPNGateway) (ConditionReport, *CauseReport) {
 	ready := condition(gw.Status.Conditions, vpnv1.ConditionReady)
 	if !ready.Reported {
 		ready.Reason, ready.Message = "NotReported", "the operator has not reported this gateway's status yet"
@@ -338,33 +177,35 @@ func readiness(gw *vpnv1.VPNGateway) (conditionReport, *causeReport) {
 	if ready.Status == string(metav1.ConditionTrue) {
 		return ready, nil
 	}
-	for _, t := range gatewayConditionOrder {
+	for _, t := range GatewayConditionOrder {
 		c := meta.FindStatusCondition(gw.Status.Conditions, t)
 		if c != nil && c.Status != metav1.ConditionTrue {
-			return ready, &causeReport{Condition: t, Status: string(c.Status), Reason: c.Reason, Message: c.Message}
+			return ready, &CauseReport{Condition: t, Status: string(c.Status), Reason: c.Reason, Message: c.Message}
 		}
 	}
 	return ready, nil
 }
 
-func endpointOf(e vpnv1.Endpoint) endpointReport {
+// endpointOf is the report of the gateway's endpoint kind and its detail.
+func endpointOf(e vpnv1.Endpoint) EndpointReport {
 	switch {
 	case e.LoadBalancer != nil:
-		return endpointReport{Kind: "loadBalancer", Detail: e.LoadBalancer.LoadBalancerClass}
+		return EndpointReport{Kind: "loadBalancer", Detail: e.LoadBalancer.LoadBalancerClass}
 	case e.FloatingIPPool != "":
-		return endpointReport{Kind: "floatingIPPool", Detail: e.FloatingIPPool}
+		return EndpointReport{Kind: "floatingIPPool", Detail: e.FloatingIPPool}
 	case e.FloatingIP != "":
-		return endpointReport{Kind: "floatingIP", Detail: e.FloatingIP}
+		return EndpointReport{Kind: "floatingIP", Detail: e.FloatingIP}
 	case e.HostNetwork != nil:
 		d := e.HostNetwork.NodeName
 		if e.HostNetwork.Address != "" {
 			d += "@" + e.HostNetwork.Address
 		}
-		return endpointReport{Kind: "hostNetwork", Detail: d}
+		return EndpointReport{Kind: "hostNetwork", Detail: d}
 	}
-	return endpointReport{Kind: "none"}
+	return EndpointReport{Kind: "none"}
 }
 
+// parsePorts are the ports as the API's port type reads them, else as they were written.
 func parsePorts(raw []intstr.IntOrString) []string {
 	out := []string{}
 	for i := range raw {
@@ -379,30 +220,30 @@ func parsePorts(raw []intstr.IntOrString) []string {
 	return out
 }
 
-// report builds the gateway's status report at time now.
-func (d *gatewayData) report(now time.Time) gatewayReport {
-	gw := d.gw
-	r := gatewayReport{
+// GatewayReportOf is the gateway's report at time now.
+func GatewayReportOf(d *gateways.Gateway, now time.Time) GatewayReport {
+	gw := d.VPNGateway
+	r := GatewayReport{
 		Namespace: gw.Namespace, Name: gw.Name, Protocol: string(gw.Spec.Protocol),
 		Endpoint: endpointOf(gw.Spec.Endpoint), PublicAddress: gw.Status.PublicAddress,
-		ServiceCIDR: gw.Status.ServiceCIDR, Peers: []peerReport{}, Exposures: []exposureReport{},
-		ReverseExposures: []reverseExposureReport{},
+		ServiceCIDR: gw.Status.ServiceCIDR, Peers: []PeerReport{}, Exposures: []ExposureReport{},
+		ReverseExposures: []ReverseExposureReport{},
 	}
-	r.Ready, r.Cause = readiness(gw)
+	r.Ready, r.Cause = Readiness(gw)
 	reach := map[string][]string{}
 	revHolders := map[string][]string{}
-	for i := range d.peers {
-		p := &d.peers[i]
-		pr := peerReport{
+	for i := range d.Peers {
+		p := &d.Peers[i]
+		pr := PeerReport{
 			Name:             p.Name,
 			Authorized:       condition(p.Status.Conditions, vpnv1.ConditionAuthorized),
-			CredentialsReady: condition(p.Status.Conditions, conditionCredentialsReady),
+			CredentialsReady: condition(p.Status.Conditions, ConditionCredentialsReady),
 			Connected:        condition(p.Status.Conditions, vpnv1.ConditionConnected),
 			Exposures:        []string{},
 			ReverseExposures: []string{},
 		}
 		if !pr.Authorized.Reported {
-			dec := d.decisions[p.Name]
+			dec := d.Decisions[p.Name]
 			pr.Authorized.Status, pr.Authorized.Reason, pr.Authorized.Message = string(metav1.ConditionFalse), dec.Reason, dec.Message
 			if dec.Authorized {
 				pr.Authorized.Status = string(metav1.ConditionTrue)
@@ -417,13 +258,13 @@ func (d *gatewayData) report(now time.Time) gatewayReport {
 				pr.EstablishedForSeconds = &s
 			}
 		}
-		if d.metrics != nil {
-			pr.AuthorizationDrops = &dropsReport{}
-			if m := d.metrics.Peers[p.Name]; m != nil {
+		if d.Metrics != nil {
+			pr.AuthorizationDrops = &DropsReport{}
+			if m := d.Metrics.Peers[p.Name]; m != nil {
 				pr.AuthorizationDrops.In, pr.AuthorizationDrops.Out = m.DropsIn, m.DropsOut
 			}
 		}
-		exp, rev := d.reaches(p)
+		exp, rev := d.Reaches(p)
 		pr.Exposures = append(pr.Exposures, exp...)
 		pr.ReverseExposures = append(pr.ReverseExposures, rev...)
 		for _, e := range exp {
@@ -442,7 +283,7 @@ func (d *gatewayData) report(now time.Time) gatewayReport {
 		vip["r/"+e.Name] = e.VirtualIP
 	}
 	for _, e := range gw.Spec.Exposures {
-		er := exposureReport{Name: e.Name, VirtualIP: vip["e/"+e.Name], Ports: parsePorts(e.Target.Ports), ReachableBy: []string{}}
+		er := ExposureReport{Name: e.Name, VirtualIP: vip["e/"+e.Name], Ports: parsePorts(e.Target.Ports), ReachableBy: []string{}}
 		if er.VirtualIP == "" {
 			er.VirtualIP = e.VirtualIP
 		}
@@ -455,7 +296,7 @@ func (d *gatewayData) report(now time.Time) gatewayReport {
 		r.Exposures = append(r.Exposures, er)
 	}
 	for _, e := range gw.Spec.ReverseExposures {
-		rr := reverseExposureReport{Name: e.Name, VirtualIP: vip["r/"+e.Name], Target: e.Target.Address,
+		rr := ReverseExposureReport{Name: e.Name, VirtualIP: vip["r/"+e.Name], Target: e.Target.Address,
 			Ports: parsePorts(e.Target.Ports), Grantees: []string{}}
 		if rr.VirtualIP == "" {
 			rr.VirtualIP = e.VirtualIP
@@ -464,13 +305,13 @@ func (d *gatewayData) report(now time.Time) gatewayReport {
 		r.ReverseExposures = append(r.ReverseExposures, rr)
 	}
 	switch {
-	case d.pod == nil:
-		r.Agent.Error = d.noPod
-	case d.metrics != nil:
-		r.Agent.Pod, r.Agent.Metrics = d.pod.Name, true
-		r.Agent.RulesetRepairs, r.Agent.ConfigRejected, r.Agent.SpoofedDrops = d.metrics.RulesetRepairs, d.metrics.ConfigRejected, d.metrics.SpoofedDrops
+	case d.Pod == nil:
+		r.Agent.Error = d.NoPod
+	case d.Metrics != nil:
+		r.Agent.Pod, r.Agent.Metrics = d.Pod.Name, true
+		r.Agent.RulesetRepairs, r.Agent.ConfigRejected, r.Agent.SpoofedDrops = d.Metrics.RulesetRepairs, d.Metrics.ConfigRejected, d.Metrics.SpoofedDrops
 	default:
-		r.Agent.Pod, r.Agent.Error = d.pod.Name, d.metricsErr
+		r.Agent.Pod, r.Agent.Error = d.Pod.Name, d.MetricsErr
 	}
 	return r
 }

@@ -1,4 +1,4 @@
-package main
+package status
 
 import (
 	"context"
@@ -10,90 +10,47 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/client-go/util/jsonpath"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/kubectlvpn/gateways"
 )
 
-func newStatusCommand(o *options) *cobra.Command {
-	var (
-		output        string
-		allNamespaces bool
-		metrics       bool
-	)
-	cmd := &cobra.Command{
-		Use:   "status [GATEWAY]",
-		Short: "Show gateways, their peers' tunnels and who may reach what",
-		Long: `Shows one table per VPNGateway (GATEWAY, else every gateway of the namespace; -A: of all
-namespaces), then one per legacy IPsecGateway (its conditions and its tunnels' state as the
-agent reports them, and whether it was migrated): endpoint, public address, service CIDR, Ready with the failing cause; per peer
-Authorized and Connected with their reasons, how long the tunnel is up, bytes in/out, the last
-WireGuard handshake and the packets dropped by authorization (from the gateway agent's metrics,
-read through the API server's pod proxy; "-" when they cannot be read); the exposures with
-virtual IP, target and the peers that may reach them (decided by the operator's own
-authorization code). -o json or yaml prints the same for scripts; -o jsonpath=TEMPLATE picks
-from it. Secrets are never read.`,
-		Example: `  kubectl vpn status -n acme
-  kubectl vpn status acme-gw -n acme -o json
-  kubectl vpn status -A -o jsonpath='{range .gateways[*].peers[*]}{.name} {.connected.status}{"\n"}{end}'`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			name := ""
-			if len(args) == 1 {
-				name = args[0]
-			}
-			if allNamespaces && name != "" {
-				return fmt.Errorf("a gateway is named by namespace and name: use -n with GATEWAY, not -A")
-			}
-			return status(cmd.Context(), o, name, allNamespaces, metrics, output)
-		},
-	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json, yaml or jsonpath=TEMPLATE (default: tables)")
-	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "gateways of all namespaces")
-	cmd.Flags().BoolVar(&metrics, "metrics", true, "read the gateway agents' metrics through the API server's pod proxy (authorization drops)")
-	return cmd
+// Options are what kubectl vpn status is asked.
+type Options struct {
+	Namespace string
+	// Name is the gateway asked for: a VPNGateway, or an IPsecGateway of that name when there
+	// is no VPNGateway. "": every gateway of Namespace, or of all namespaces with
+	// AllNamespaces.
+	Name          string
+	AllNamespaces bool
+	// Metrics: read each gateway agent's metrics (through Run's AgentAccess).
+	Metrics bool
+	// Print writes the report (-o json, yaml, jsonpath); nil: the tables.
+	Print Printer
+	// Now is the clock the durations are measured with.
+	Now func() time.Time
 }
 
-func status(ctx context.Context, o *options, name string, all, metrics bool, output string) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	printer, err := reportPrinter(output)
+// Run reads the gateways and their agents' metrics (access nil: none can be read, and the
+// report says so), and writes the report to out; "none found" goes to errOut.
+func Run(ctx context.Context, c client.Client, access gateways.AgentAccess, o Options, out, errOut io.Writer) error {
+	ns, name, all := o.Namespace, o.Name, o.AllNamespaces
+	legacy, err := gateways.LoadLegacy(ctx, c, ns, name, all)
 	if err != nil {
 		return err
 	}
-	ns, _, err := o.namespace()
-	if err != nil {
-		return err
-	}
-	c, err := o.newClient()
-	if err != nil {
-		return err
-	}
-	legacy, err := loadLegacy(ctx, c, ns, name, all)
-	if err != nil {
-		return err
-	}
-	var gws []*gatewayData
+	var gws []*gateways.Gateway
 	// GATEWAY may name an IPsecGateway alone (no VPNGateway of that name).
-	if name == "" || len(legacy) == 0 || vpnGatewayExists(ctx, c, ns, name) {
-		if gws, err = loadGateways(ctx, c, ns, name, all); err != nil {
+	if name == "" || len(legacy) == 0 || gateways.VPNGatewayExists(ctx, c, ns, name) {
+		if gws, err = gateways.Load(ctx, c, ns, name, all); err != nil {
 			return err
 		}
 	}
-	var access agentAccess
-	if metrics && len(gws) > 0 {
-		if access, err = o.newAgentAccess(); err != nil {
-			warnf(o, "cannot reach the gateway pods: %v", err)
-		}
-	}
-	now := o.now()
-	rep := statusReport{Kind: statusKind, APIVersion: reportAPIVersion, Gateways: []gatewayReport{}}
+	now := o.Now()
+	rep := Report{Kind: ReportKind, APIVersion: ReportAPIVersion, Gateways: []GatewayReport{}}
 	// the agents are asked in parallel (a pod that does not answer costs its timeout once)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
@@ -103,51 +60,47 @@ func status(ctx context.Context, o *options, name string, all, metrics bool, out
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			d.loadAgent(ctx, c, access, metrics)
+			d.LoadAgent(ctx, c, access, o.Metrics)
 		}()
 	}
 	wg.Wait()
 	for _, d := range gws {
-		rep.Gateways = append(rep.Gateways, d.report(now))
+		rep.Gateways = append(rep.Gateways, GatewayReportOf(d, now))
 	}
 	for i := range legacy {
-		rep.IPsecGateways = append(rep.IPsecGateways, legacyReportOf(&legacy[i], now))
+		rep.IPsecGateways = append(rep.IPsecGateways, LegacyReportOf(&legacy[i], now))
 	}
-	if printer != nil {
-		return printer(o.streams.Out, rep)
+	if o.Print != nil {
+		return o.Print(out, rep)
 	}
 	if len(gws) == 0 && len(legacy) == 0 {
 		where := "namespace " + ns
 		if all {
 			where = "any namespace"
 		}
-		fmt.Fprintf(o.streams.ErrOut, "No VPNGateways found in %s.\n", where)
+		fmt.Fprintf(errOut, "No VPNGateways found in %s.\n", where)
 		return nil
 	}
 	for i, g := range rep.Gateways {
 		if i > 0 {
-			fmt.Fprintln(o.streams.Out)
+			fmt.Fprintln(out)
 		}
-		printGatewayStatus(o.streams.Out, g, metrics, now)
+		PrintGateway(out, g, o.Metrics, now)
 	}
 	for i, g := range rep.IPsecGateways {
 		if i > 0 || len(rep.Gateways) > 0 {
-			fmt.Fprintln(o.streams.Out)
+			fmt.Fprintln(out)
 		}
-		printLegacyStatus(o.streams.Out, g)
+		PrintLegacy(out, g)
 	}
 	return nil
 }
 
-// vpnGatewayExists reports whether the namespace has a VPNGateway of that name (an error
-// reading it counts as yes: loadGateways then says what went wrong).
-func vpnGatewayExists(ctx context.Context, c client.Client, namespace, name string) bool {
-	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &vpnv1.VPNGateway{})
-	return !apierrors.IsNotFound(err)
-}
+// Printer writes a report in a machine-readable format.
+type Printer func(io.Writer, any) error
 
-// reportPrinter is the printer for -o (nil: the tables).
-func reportPrinter(output string) (func(io.Writer, any) error, error) {
+// NewPrinter is the printer for -o json, yaml or jsonpath=TEMPLATE ("": nil, the tables).
+func NewPrinter(output string) (Printer, error) {
 	switch {
 	case output == "":
 		return nil, nil
@@ -190,8 +143,8 @@ func reportPrinter(output string) (func(io.Writer, any) error, error) {
 	return nil, fmt.Errorf("-o %q: use json, yaml or jsonpath=TEMPLATE", output)
 }
 
-// printGatewayStatus writes one gateway's tables.
-func printGatewayStatus(w io.Writer, g gatewayReport, metrics bool, now time.Time) {
+// PrintGateway writes one gateway's tables; metrics says whether its agent was asked.
+func PrintGateway(w io.Writer, g GatewayReport, metrics bool, now time.Time) {
 	fmt.Fprintf(w, "VPNGateway %s/%s\n", g.Namespace, g.Name)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	field := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
@@ -201,8 +154,8 @@ func printGatewayStatus(w io.Writer, g gatewayReport, metrics bool, now time.Tim
 		ep += " " + g.Endpoint.Detail
 	}
 	field("endpoint", ep)
-	field("public address", orDash(g.PublicAddress))
-	field("service CIDR", orDash(g.ServiceCIDR))
+	field("public address", OrDash(g.PublicAddress))
+	field("service CIDR", OrDash(g.ServiceCIDR))
 	field("ready", readyText(g))
 	var agent string
 	switch {
@@ -244,7 +197,7 @@ func printGatewayStatus(w io.Writer, g gatewayReport, metrics bool, now time.Tim
 				drops = fmt.Sprintf("%d/%d", p.AuthorizationDrops.In, p.AuthorizationDrops.Out)
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, authz, condText(p.Connected), est,
-				humanBytes(p.BytesIn), humanBytes(p.BytesOut), hs, drops)
+				HumanBytes(p.BytesIn), HumanBytes(p.BytesOut), hs, drops)
 		}
 		tw.Flush()
 		if computed {
@@ -263,8 +216,8 @@ func printGatewayStatus(w io.Writer, g gatewayReport, metrics bool, now time.Tim
 			if e.Target.Service != "" {
 				target = "service/" + e.Target.Service
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", e.Name, orDash(e.VirtualIP), orDash(target),
-				orDash(strings.Join(e.Ports, ",")), listOrNobody(e.ReachableBy))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", e.Name, OrDash(e.VirtualIP), OrDash(target),
+				OrDash(strings.Join(e.Ports, ",")), listOrNobody(e.ReachableBy))
 		}
 		tw.Flush()
 	}
@@ -273,14 +226,15 @@ func printGatewayStatus(w io.Writer, g gatewayReport, metrics bool, now time.Tim
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  REVERSE EXPOSURE\tVIRTUAL IP\tTARGET\tPORTS\tGRANTED TO")
 		for _, e := range g.ReverseExposures {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", e.Name, orDash(e.VirtualIP), orDash(e.Target),
-				orDash(strings.Join(e.Ports, ",")), listOrNobody(e.Grantees))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", e.Name, OrDash(e.VirtualIP), OrDash(e.Target),
+				OrDash(strings.Join(e.Ports, ",")), listOrNobody(e.Grantees))
 		}
 		tw.Flush()
 	}
 }
 
-func readyText(g gatewayReport) string {
+// readyText is the Ready condition, with its first failing cause when not True.
+func readyText(g GatewayReport) string {
 	if g.Ready.Status == "True" {
 		return "True"
 	}
@@ -298,20 +252,22 @@ func readyText(g gatewayReport) string {
 }
 
 // condText is "Status (Reason)", or "Unknown" for a condition not reported.
-func condText(c conditionReport) string {
+func condText(c ConditionReport) string {
 	if c.Reason == "" {
 		return c.Status
 	}
 	return c.Status + " (" + c.Reason + ")"
 }
 
-func orDash(s string) string {
+// OrDash is s, or "-" when empty.
+func OrDash(s string) string {
 	if s == "" {
 		return "-"
 	}
 	return s
 }
 
+// listOrNobody is the names, or "nobody".
 func listOrNobody(l []string) string {
 	if len(l) == 0 {
 		return "nobody"
@@ -319,8 +275,8 @@ func listOrNobody(l []string) string {
 	return strings.Join(l, ", ")
 }
 
-// humanBytes is a byte count in B, KiB, MiB, GiB or TiB with one decimal.
-func humanBytes(n int64) string {
+// HumanBytes is a byte count in B, KiB, MiB, GiB or TiB with one decimal.
+func HumanBytes(n int64) string {
 	if n < 1024 {
 		return fmt.Sprintf("%dB", n)
 	}
