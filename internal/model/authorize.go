@@ -74,236 +74,384 @@ type verdict struct {
 // authorize implements Authorize; see its doc comment and docs/design.md "Authorization"
 // and "Security model".
 //
-// The decision is taken in these steps, in this order:
+// The decision is taken in these steps, in this order (authSteps, one function each):
 //  1. a peer whose protocol section does not match the gateway's is dark and has no tunnel
-//     (ProtocolMismatch);
+//     (ProtocolMismatch; protocolStep);
 //  2. exactly one peer without an authorization block reaches everything (DefaultAllow);
-//     otherwise the peer's own block decides (NoGrants, UnknownGrant or Authorized);
+//     otherwise the peer's own block decides (NoGrants, UnknownGrant or Authorized; grantStep).
+//     This is the peer's grant, not a refusal: a peer without grants is dark but keeps its
+//     tunnel, and a refusal of a later step replaces its reason;
 //  3. oldest first, a peer whose identity (IKE remote ID, WireGuard public key) is an older
 //     peer's or the gateway's own is dark and has no tunnel (DuplicateIdentity): a PSK proves
-//     one identity; then a peer whose credentials are in a Secret unfit for them is dark and
-//     has no tunnel (CredentialsRefused);
+//     one identity (identityStep); then a peer whose credentials are in a Secret unfit for
+//     them is dark and has no tunnel (CredentialsRefused; credentialsStep);
 //  4. a peer's subnets overlapping the gateway's service CIDR or the cluster's ranges are
 //     withheld from its tunnel and the peer is dark (SubnetOverlapsServiceCIDR,
-//     SubnetOverlapsClusterRange);
+//     SubnetOverlapsClusterRange; reservedRangesStep);
 //  5. a peer's subnets overlapping any older peer's (authorized, dark or conflicting) are
 //     withheld from its tunnel and the peer is dark (SubnetConflict); every overlapping pair is
-//     a gateway problem. Tunnels are thereby pairwise disjoint (one source, one tunnel);
+//     a gateway problem. Tunnels are thereby pairwise disjoint (one source, one tunnel;
+//     olderSubnetsStep);
 //  6. a peer still allowed that holds a reverse exposure whose target is outside its subnets
 //     is dark (ReverseExposureOutsideSubnets); each such grant is a gateway problem naming the
-//     peers that do hold a valid grant.
+//     peers that do hold a valid grant (reverseTargetsStep, reverseExposureProblems).
+//
+// The first refusal is the peer's decision (authChain.decide).
 //
 // Nothing here iterates a map into an output, so decisions and messages are stable.
 func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[string]verdict, []Problem) {
-	out := make(map[string]verdict, len(peers))
 	if gw == nil {
-		for i := range peers {
-			p := &peers[i]
-			out[p.Name] = verdict{Decision: Decision{
-				Reason:  ReasonGatewayNotFound,
-				Message: fmt.Sprintf("gateway %q not found", p.Spec.GatewayRef),
-			}, withheld: parsedSubnets(peerSubnets(gw, p))}
-		}
-		return out, nil
+		return gatewayNotFound(peers), nil
 	}
+	a := newAuthorization(gw, peers, scope)
+	for _, st := range a.states {
+		authSteps.decide(a, st)
+	}
+	a.reverseExposureProblems()
+	out := make(map[string]verdict, len(peers))
+	for _, st := range a.states {
+		out[st.peer.Name] = verdict{Decision: st.decision, tunnel: st.tunnel, withheld: st.withheld}
+	}
+	return out, a.problems
+}
 
-	exposures := uniqueSorted(exposureNames(gw))
-	reverse := uniqueSorted(reverseExposureNames(gw))
-	reverseTarget := make(map[string]string, len(gw.Spec.ReverseExposures))
+// gatewayNotFound is every peer's verdict when its gateway does not exist: no tunnel.
+func gatewayNotFound(peers []vpnv1.VPNPeer) map[string]verdict {
+	out := make(map[string]verdict, len(peers))
+	for i := range peers {
+		p := &peers[i]
+		out[p.Name] = verdict{Decision: Decision{
+			Reason:  ReasonGatewayNotFound,
+			Message: fmt.Sprintf("gateway %q not found", p.Spec.GatewayRef),
+		}, withheld: parsedSubnets(peerSubnets(nil, p))}
+	}
+	return out
+}
+
+// authorization is what the steps decide one gateway's peers by: the gateway and its scope,
+// the peers oldest first, and what the steps found so far.
+type authorization struct {
+	gw        *vpnv1.VPNGateway
+	peerCount int
+	// exposures and reverse are the gateway's exposure and reverse-exposure names, sorted;
+	// reverseTarget is each reverse exposure's target address (the first of a name).
+	exposures, reverse []string
+	reverseTarget      map[string]string
+	reserved           []reservedRange
+	// refusedSecrets may not hold tunnel credentials (Scope.RefusedSecrets).
+	refusedSecrets map[string]string
+	// localID is the gateway's own IKE identity in canonical form ("" when it has none or a
+	// refused one: that is the gateway's own problem, buildIPsecGateway).
+	localID string
+	// states are the peers oldest first (creation time, then name): the order of steps 3 to 5
+	// and of their problems. older[j] are the overlapping subnet pairs of states[j] with each
+	// older peer (olderOverlaps).
+	states []*peerAuth
+	older  []map[int][][2]int
+	// ids maps each normalized identity to the peer holding it (identityStep).
+	ids        map[string]string
+	problems   []Problem
+	violations []reverseViolation
+}
+
+// peerAuth is one peer as the steps see it, and what they decided.
+type peerAuth struct {
+	peer *vpnv1.VPNPeer
+	// age is the peer's index in authorization.states.
+	age      int
+	subnets  []netip.Prefix // as declared
+	tunnel   []netip.Prefix
+	withheld []netip.Prefix
+	decision Decision
+	// rev is the peer's reverse-exposure grant while it would be allowed.
+	rev []string
+	// refused: a step made the peer dark (the first refusal's reason stays).
+	refused bool
+	// noTunnel: a step refused the peer its tunnel; no later step applies to it.
+	noTunnel bool
+}
+
+// reverseViolation is a reverse exposure granted to a peer whose subnets do not hold its target.
+type reverseViolation struct{ rev, peer string }
+
+// newAuthorization prepares the steps for one gateway's peers: the gateway's names and
+// ranges, the peers oldest first with their declared subnets, and every overlapping pair of
+// them.
+func newAuthorization(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) *authorization {
+	a := &authorization{
+		gw:             gw,
+		peerCount:      len(peers),
+		exposures:      uniqueSorted(exposureNames(gw)),
+		reverse:        uniqueSorted(reverseExposureNames(gw)),
+		reverseTarget:  make(map[string]string, len(gw.Spec.ReverseExposures)),
+		reserved:       scope.reservedRanges(),
+		refusedSecrets: scope.RefusedSecrets,
+		ids:            make(map[string]string, len(peers)),
+	}
 	for _, r := range gw.Spec.ReverseExposures {
-		if _, seen := reverseTarget[r.Name]; !seen {
-			reverseTarget[r.Name] = r.Target.Address
+		if _, seen := a.reverseTarget[r.Name]; !seen {
+			a.reverseTarget[r.Name] = r.Target.Address
 		}
 	}
-	reserved := scope.reservedRanges()
+	a.localID, _ = CanonicalID(scope.LocalID)
 
-	// Oldest first (creation time, then name): the order of steps 3 to 5 and of their problems.
 	ordered := make([]*vpnv1.VPNPeer, len(peers))
 	for i := range peers {
 		ordered[i] = &peers[i]
 	}
 	slices.SortStableFunc(ordered, compareAge)
-
-	type state struct {
-		peer     *vpnv1.VPNPeer
-		subnets  []netip.Prefix // as declared
-		tunnel   []netip.Prefix
-		withheld []netip.Prefix
-		decision Decision
-		// rev is the peer's reverse-exposure grant while it would be allowed.
-		rev []string
-		// refused: a step made the peer dark (the first refusal's reason stays).
-		refused bool
-	}
-	states := make([]*state, len(ordered))
-	backing := make([]state, len(ordered)) // one allocation for all of them
+	a.states = make([]*peerAuth, len(ordered))
+	backing := make([]peerAuth, len(ordered)) // one allocation for all of them
+	declared := make([][]netip.Prefix, len(ordered))
 	for i, p := range ordered {
 		st := &backing[i]
-		st.peer, st.subnets = p, parsedSubnets(peerSubnets(gw, p))
-		st.decision, st.rev = decideGrant(gw, p, len(peers), exposures, reverse)
-		states[i] = st
-	}
-	// refuse makes a peer dark with the first refusal found: a later, less fundamental step
-	// never replaces an earlier step's reason.
-	refuse := func(st *state, reason, msg string) {
-		if st.refused {
-			return
-		}
-		st.refused = true
-		st.decision = Decision{Reason: reason, Message: msg}
-		st.rev = nil
-	}
-
-	var problems []Problem
-	declared := make([][]netip.Prefix, len(states))
-	for i, st := range states {
+		st.peer, st.age, st.subnets = p, i, parsedSubnets(peerSubnets(gw, p))
+		a.states[i] = st
 		declared[i] = st.subnets
 	}
-	older := olderOverlaps(declared)
-	localID, _ := CanonicalID(scope.LocalID)    // a refused local ID is the gateway's own problem (buildIPsecGateway)
-	ids := make(map[string]string, len(states)) // normalized identity -> peer holding it
-	for j, st := range states {
-		if st.decision.Reason == ReasonProtocolMismatch {
-			st.refused = true
-			st.withheld = st.subnets
-			continue
-		}
+	a.older = olderOverlaps(declared)
+	return a
+}
 
-		// Step 3: identities.
-		id, key, idWhat, idErr := peerIdentity(gw, st.peer)
-		switch other, taken := ids[key]; {
-		case id == "":
-		case idErr != nil:
-			refuse(st, ReasonInvalidIdentity, fmt.Sprintf("%s %v; a pre-shared key must prove exactly one identity", idWhat, idErr))
-		case gw.Spec.Protocol == vpnv1.ProtocolIPsec && localID != "" && key == localID:
-			refuse(st, ReasonDuplicateIdentity, fmt.Sprintf("%s %q is the gateway's own IKE identity; a peer must present its own", idWhat, id))
-			problems = append(problems, Problem{Reason: ReasonIdentityConflict,
-				Message: fmt.Sprintf("peer %q presents the gateway's own IKE identity %q; it gets no tunnel", st.peer.Name, id)})
-		case taken:
-			refuse(st, ReasonDuplicateIdentity, fmt.Sprintf("%s %q is already that of older peer %q; only the older one gets a tunnel", idWhat, id, other))
-			problems = append(problems, Problem{Reason: ReasonIdentityConflict,
-				Message: fmt.Sprintf("peers %q and %q have the same %s %q; only the older, %q, gets a tunnel", other, st.peer.Name, idWhat, id, other)})
-		default:
-			ids[key] = st.peer.Name
-		}
-		if st.refused {
-			st.withheld = st.subnets
-			continue
-		}
-		// A peer's own credentials decide only its own tunnel (its identity stays taken, so
-		// its siblings' decisions do not depend on which Secrets exist).
-		if name, typ, bad := refusedCredentials(st.peer, scope.RefusedSecrets); bad {
-			refuse(st, ReasonCredentialsRefused, fmt.Sprintf("Secret %q is of type %q: tunnel credentials must be kept in an Opaque Secret; the peer gets no tunnel", name, typ))
-			st.withheld = st.subnets
-			continue
-		}
+// authStep is one step of a peer's authorization: ok when the peer passes it, else the reason
+// and message of its refusal. A step may also record the peer's grant, withhold its subnets
+// from its tunnel, refuse it the tunnel (dropTunnel) or report gateway problems.
+type authStep func(a *authorization, st *peerAuth) (reason, message string, ok bool)
 
-		// Steps 4 and 5: subnets, each installed or withheld.
-		conflicting := make(map[int]bool)
-		for _, pairs := range older[j] {
-			for _, pr := range pairs {
-				conflicting[pr[0]] = true
-			}
+// authChain is a list of steps taken in order.
+type authChain []authStep
+
+// authSteps are authorize's steps, in the order of its doc comment.
+var authSteps = authChain{
+	protocolStep,
+	grantStep,
+	identityStep,
+	credentialsStep,
+	reservedRangesStep,
+	olderSubnetsStep,
+	reverseTargetsStep,
+}
+
+// decide takes the chain's steps for one peer, in order. The first refusal is the peer's
+// decision: a later, less fundamental step never replaces its reason. A refusal of the tunnel
+// (dropTunnel) ends the walk; after any other refusal the later steps still withhold the
+// subnets and report the problems they find.
+func (c authChain) decide(a *authorization, st *peerAuth) {
+	for _, step := range c {
+		reason, message, ok := step(a, st)
+		if !ok {
+			st.refuse(reason, message)
 		}
-		var reservedHits, conflicts []string
-		reservedReason := ""
-		for k, c := range st.subnets {
-			withhold := false
-			for _, r := range reserved {
-				if c.Overlaps(r.prefix) {
-					if reservedReason == "" {
-						reservedReason = r.reason
-					}
-					reservedHits = append(reservedHits, fmt.Sprintf("%s overlaps %s %s", c, r.what, r.prefix))
-					withhold = true
-				}
-			}
-			if withhold || conflicting[k] {
-				st.withheld = append(st.withheld, c)
-				continue
-			}
-			st.tunnel = append(st.tunnel, c)
-		}
-		if len(reservedHits) > 0 {
-			refuse(st, reservedReason, strings.Join(reservedHits, "; ")+
-				"; these subnets get no tunnel and the peer is dark until they are removed")
-		}
-		olds := make([]int, 0, len(older[j]))
-		for i := range older[j] {
-			olds = append(olds, i)
-		}
-		slices.Sort(olds)
-		for _, i := range olds {
-			old := states[i]
-			idx := older[j][i]
-			slices.SortFunc(idx, func(a, b [2]int) int {
-				if a[0] != b[0] {
-					return a[0] - b[0]
-				}
-				return a[1] - b[1]
-			})
-			pairs := make([]string, len(idx))
-			for n, pr := range idx {
-				pairs[n] = st.subnets[pr[0]].String() + " overlaps " + old.subnets[pr[1]].String()
-			}
-			list := strings.Join(pairs, ", ")
-			conflicts = append(conflicts, fmt.Sprintf("%q: %s", old.peer.Name, list))
-			problems = append(problems, Problem{
-				Reason: ReasonSubnetOverlap,
-				Message: fmt.Sprintf("subnets of peer %q overlap those of older peer %q: %s; the younger gets no tunnel for them and cannot be authorized",
-					st.peer.Name, old.peer.Name, list),
-			})
-		}
-		if len(conflicts) > 0 {
-			refuse(st, ReasonSubnetConflict, "subnets overlap those of older peer "+strings.Join(conflicts, "; ")+
-				"; the overlapping subnets get no tunnel (one source, one tunnel)")
+		if st.noTunnel {
+			return
 		}
 	}
+}
 
-	// Step 6: reverse exposures are single-grantee; the target must be inside the peer's subnets.
-	type violation struct{ rev, peer string }
-	var violations []violation
-	for _, st := range states {
-		if !st.decision.Authorized {
+// refuse makes the peer dark with the first refusal found.
+func (st *peerAuth) refuse(reason, message string) {
+	if st.refused {
+		return
+	}
+	st.refused = true
+	st.decision = Decision{Reason: reason, Message: message}
+	st.rev = nil
+}
+
+// dropTunnel leaves the peer without a tunnel: every subnet is withheld.
+func (st *peerAuth) dropTunnel() {
+	st.noTunnel = true
+	st.withheld = st.subnets
+}
+
+// protocolStep (step 1) refuses a peer whose protocol section does not match the gateway's.
+func protocolStep(a *authorization, st *peerAuth) (string, string, bool) {
+	if msg, ok := protocolMismatch(a.gw, st.peer); !ok {
+		st.dropTunnel()
+		return ReasonProtocolMismatch, msg, false
+	}
+	return "", "", true
+}
+
+// grantStep (step 2) records the peer's grant: its decision while no step refuses it, and
+// the reverse exposures it holds when allowed. It refuses nobody.
+func grantStep(a *authorization, st *peerAuth) (string, string, bool) {
+	st.decision, st.rev = decideGrant(a.gw, st.peer, a.peerCount, a.exposures, a.reverse)
+	return "", "", true
+}
+
+// identityStep (step 3) refuses a peer whose identity names no one identity, is the gateway's
+// own or is an older peer's, and otherwise takes the identity for the peer.
+func identityStep(a *authorization, st *peerAuth) (string, string, bool) {
+	id, key, idWhat, idErr := peerIdentity(a.gw, st.peer)
+	other, taken := a.ids[key]
+	switch {
+	case id == "":
+		return "", "", true
+	case idErr != nil:
+		st.dropTunnel()
+		return ReasonInvalidIdentity, fmt.Sprintf("%s %v; a pre-shared key must prove exactly one identity", idWhat, idErr), false
+	case a.gw.Spec.Protocol == vpnv1.ProtocolIPsec && a.localID != "" && key == a.localID:
+		a.problems = append(a.problems, Problem{Reason: ReasonIdentityConflict,
+			Message: fmt.Sprintf("peer %q presents the gateway's own IKE identity %q; it gets no tunnel", st.peer.Name, id)})
+		st.dropTunnel()
+		return ReasonDuplicateIdentity, fmt.Sprintf("%s %q is the gateway's own IKE identity; a peer must present its own", idWhat, id), false
+	case taken:
+		a.problems = append(a.problems, Problem{Reason: ReasonIdentityConflict,
+			Message: fmt.Sprintf("peers %q and %q have the same %s %q; only the older, %q, gets a tunnel", other, st.peer.Name, idWhat, id, other)})
+		st.dropTunnel()
+		return ReasonDuplicateIdentity, fmt.Sprintf("%s %q is already that of older peer %q; only the older one gets a tunnel", idWhat, id, other), false
+	}
+	a.ids[key] = st.peer.Name
+	return "", "", true
+}
+
+// credentialsStep (step 3) refuses a peer whose credentials are in a refused Secret. A peer's
+// own credentials decide only its own tunnel: its identity stays taken, so its siblings'
+// decisions do not depend on which Secrets exist.
+func credentialsStep(a *authorization, st *peerAuth) (string, string, bool) {
+	if name, typ, bad := refusedCredentials(st.peer, a.refusedSecrets); bad {
+		st.dropTunnel()
+		return ReasonCredentialsRefused, fmt.Sprintf("Secret %q is of type %q: tunnel credentials must be kept in an Opaque Secret; the peer gets no tunnel", name, typ), false
+	}
+	return "", "", true
+}
+
+// reservedRangesStep (step 4) withholds the peer's subnets that overlap the gateway's service
+// CIDR or the cluster's ranges from its tunnel, and refuses the peer when there are any; the
+// others go to its tunnel.
+func reservedRangesStep(a *authorization, st *peerAuth) (string, string, bool) {
+	var hits []string
+	reason := ""
+	for _, c := range st.subnets {
+		withhold := false
+		for _, r := range a.reserved {
+			if c.Overlaps(r.prefix) {
+				if reason == "" {
+					reason = r.reason
+				}
+				hits = append(hits, fmt.Sprintf("%s overlaps %s %s", c, r.what, r.prefix))
+				withhold = true
+			}
+		}
+		if withhold {
+			st.withheld = append(st.withheld, c)
 			continue
 		}
-		var msgs []string
-		for _, r := range st.rev {
-			target := reverseTarget[r]
-			if addrInPrefixes(target, st.tunnel) {
-				continue
+		st.tunnel = append(st.tunnel, c)
+	}
+	if len(hits) > 0 {
+		return reason, strings.Join(hits, "; ") +
+			"; these subnets get no tunnel and the peer is dark until they are removed", false
+	}
+	return "", "", true
+}
+
+// olderSubnetsStep (step 5) withholds the peer's subnets that overlap an older peer's from
+// its tunnel, reports each older peer it overlaps as a gateway problem, and refuses the peer
+// when there is any.
+func olderSubnetsStep(a *authorization, st *peerAuth) (string, string, bool) {
+	older := a.older[st.age]
+	if len(older) == 0 {
+		return "", "", true
+	}
+	st.withholdConflicting(older)
+	olds := make([]int, 0, len(older))
+	for i := range older {
+		olds = append(olds, i)
+	}
+	slices.Sort(olds)
+	conflicts := make([]string, 0, len(olds))
+	for _, i := range olds {
+		old := a.states[i]
+		idx := older[i]
+		slices.SortFunc(idx, func(a, b [2]int) int {
+			if a[0] != b[0] {
+				return a[0] - b[0]
 			}
-			violations = append(violations, violation{rev: r, peer: st.peer.Name})
-			msgs = append(msgs, fmt.Sprintf("reverse exposure %q targets %s, which is not inside this peer's subnets (%s)",
-				r, target, joinPrefixes(st.tunnel)))
+			return a[1] - b[1]
+		})
+		pairs := make([]string, len(idx))
+		for n, pr := range idx {
+			pairs[n] = st.subnets[pr[0]].String() + " overlaps " + old.subnets[pr[1]].String()
 		}
-		if len(msgs) > 0 {
-			st.decision = Decision{
-				Reason: ReasonReverseExposureOutsideSubnets,
-				Message: strings.Join(msgs, "; ") +
-					"; a reverse exposure may only be granted to the peer whose subnets contain its target",
-			}
-			st.rev = nil
+		list := strings.Join(pairs, ", ")
+		conflicts = append(conflicts, fmt.Sprintf("%q: %s", old.peer.Name, list))
+		a.problems = append(a.problems, Problem{
+			Reason: ReasonSubnetOverlap,
+			Message: fmt.Sprintf("subnets of peer %q overlap those of older peer %q: %s; the younger gets no tunnel for them and cannot be authorized",
+				st.peer.Name, old.peer.Name, list),
+		})
+	}
+	return ReasonSubnetConflict, "subnets overlap those of older peer " + strings.Join(conflicts, "; ") +
+		"; the overlapping subnets get no tunnel (one source, one tunnel)", false
+}
+
+// withholdConflicting moves the peer's subnets named in the overlapping pairs (olderOverlaps)
+// from its tunnel to its withheld subnets, which stay in the order of the declared ones.
+func (st *peerAuth) withholdConflicting(older map[int][][2]int) {
+	conflicting := make(map[netip.Prefix]bool)
+	for _, pairs := range older {
+		for _, pr := range pairs {
+			conflicting[st.subnets[pr[0]]] = true
 		}
 	}
-	slices.SortFunc(violations, func(a, b violation) int {
-		if c := strings.Compare(a.rev, b.rev); c != 0 {
+	tunnel := st.tunnel
+	st.tunnel = nil
+	for _, c := range tunnel {
+		if conflicting[c] {
+			st.withheld = append(st.withheld, c)
+			continue
+		}
+		st.tunnel = append(st.tunnel, c)
+	}
+	slices.SortFunc(st.withheld, comparePrefix)
+}
+
+// reverseTargetsStep (step 6) refuses a peer still allowed that holds a reverse exposure whose
+// target is outside its tunnel's subnets, and records each such grant for
+// reverseExposureProblems.
+func reverseTargetsStep(a *authorization, st *peerAuth) (string, string, bool) {
+	if !st.decision.Authorized {
+		return "", "", true
+	}
+	var msgs []string
+	for _, r := range st.rev {
+		target := a.reverseTarget[r]
+		if addrInPrefixes(target, st.tunnel) {
+			continue
+		}
+		a.violations = append(a.violations, reverseViolation{rev: r, peer: st.peer.Name})
+		msgs = append(msgs, fmt.Sprintf("reverse exposure %q targets %s, which is not inside this peer's subnets (%s)",
+			r, target, joinPrefixes(st.tunnel)))
+	}
+	if len(msgs) > 0 {
+		return ReasonReverseExposureOutsideSubnets, strings.Join(msgs, "; ") +
+			"; a reverse exposure may only be granted to the peer whose subnets contain its target", false
+	}
+	return "", "", true
+}
+
+// reverseExposureProblems reports each reverse exposure granted outside the grantee's
+// subnets (step 6) as a gateway problem, naming the valid grantees: the peers still allowed
+// after every step that hold the grant (their subnets necessarily contain the target).
+func (a *authorization) reverseExposureProblems() {
+	slices.SortFunc(a.violations, func(x, y reverseViolation) int {
+		if c := strings.Compare(x.rev, y.rev); c != 0 {
 			return c
 		}
-		return strings.Compare(a.peer, b.peer)
+		return strings.Compare(x.peer, y.peer)
 	})
-	for _, v := range violations {
-		// Valid grantees: peers still allowed after every step that hold the grant (their
-		// subnets necessarily contain the target).
+	for _, v := range a.violations {
 		var valid []string
-		for _, st := range states {
+		for _, st := range a.states {
 			if st.decision.Authorized && slices.Contains(st.rev, v.rev) {
 				valid = append(valid, st.peer.Name)
 			}
 		}
 		slices.Sort(valid)
 		msg := fmt.Sprintf("reverse exposure %q (%s) is granted to peer %q, whose subnets do not contain it; ",
-			v.rev, reverseTarget[v.rev], v.peer)
+			v.rev, a.reverseTarget[v.rev], v.peer)
 		switch len(valid) {
 		case 0:
 			msg += "no authorized peer holding the grant contains it"
@@ -312,13 +460,8 @@ func authorize(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, scope Scope) (map[st
 		default:
 			msg += "its valid grantees are " + quoteJoin(valid)
 		}
-		problems = append(problems, Problem{Reason: ReasonReverseExposureConflict, Message: msg})
+		a.problems = append(a.problems, Problem{Reason: ReasonReverseExposureConflict, Message: msg})
 	}
-
-	for _, st := range states {
-		out[st.peer.Name] = verdict{Decision: st.decision, tunnel: st.tunnel, withheld: st.withheld}
-	}
-	return out, problems
 }
 
 // refusedCredentials reports the first Secret the peer authenticates with that is refused.
@@ -359,12 +502,9 @@ func peerIdentity(gw *vpnv1.VPNGateway, p *vpnv1.VPNPeer) (id, key, what string,
 	return "", "", "", nil
 }
 
-// decideGrant takes steps 1-3 for one peer: the decision and, when allowed, the reverse
-// exposures it is granted.
+// decideGrant is a peer's grant (step 2) on a gateway whose protocol it matches: the decision
+// and, when allowed, the reverse exposures it is granted.
 func decideGrant(gw *vpnv1.VPNGateway, p *vpnv1.VPNPeer, peerCount int, exposures, reverse []string) (Decision, []string) {
-	if msg, ok := protocolMismatch(gw, p); !ok {
-		return Decision{Reason: ReasonProtocolMismatch, Message: msg}, nil
-	}
 	auth := p.Spec.Authorization
 	if peerCount == 1 && auth == nil {
 		return Decision{
