@@ -28,7 +28,8 @@ func tsLines(base time.Time, lines ...string) []byte {
 const secretValue = "lab-hq-SuperSecret0123456789"
 
 // What charon and the agent may log around a key, at debug levels or by mistake: none of it
-// may reach diagnose's output.
+// may reach diagnose's output (the lines internal/kubectlvpn/diagnose's log filter is tested
+// with, here through the whole command).
 var secretLines = struct{ charon, agent []string }{
 	charon: []string{
 		`11[CFG] <hq|9> loaded IKE shared key with id 'hq-psk' for: 'hq.acme.example'`,

@@ -1,7 +1,9 @@
 // Command kubectl-vpn is the engineer's kubectl plugin for bnerd-vpn-operator: on PATH it runs
-// as `kubectl vpn ...`. It writes a client device's configuration for a VPNPeer (peer-config)
-// and turns a parameter sheet into VPNGateway/VPNPeer/Secret manifests (import). It talks to
-// the API server only; it links none of the operator's reconcilers or cloud clients.
+// as `kubectl vpn ...`. It writes a client device's configuration for a VPNPeer (peer-config),
+// turns a parameter sheet into VPNGateway/VPNPeer/Secret manifests (import), shows the gateways
+// (status), judges them (diagnose) and moves a legacy IPsecGateway (migrate). It talks to the
+// API server only; it links none of the operator's reconcilers or cloud clients. This package
+// is the commands' flags and arguments; what they do is in internal/kubectlvpn.
 package main
 
 import (

@@ -19,7 +19,8 @@ import (
 )
 
 // legacyGateway is an IPsecGateway as the API server returns it once the operator has
-// reconciled it: service CIDR allocated, virtual IPs assigned, address known, tunnels up.
+// reconciled it: service CIDR allocated, virtual IPs assigned, address known, tunnels up (the
+// one internal/kubectlvpn/migrate's plan is tested with).
 func legacyGateway(tunnels ...string) *ipsecv1.IPsecGateway {
 	g := &ipsecv1.IPsecGateway{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "acme", Generation: 3, UID: "legacy-uid"},

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/deviceconfig"
-	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
 // tsLines prefixes each line with the API server's timestamp (timestamps=true), one second
@@ -72,7 +71,7 @@ func TestLogFilterNeverPrintsSecrets(t *testing.T) {
 		t.Errorf("the known agent error is not shown:\n%s", out.String())
 	}
 
-	// and through the whole command: see TestDiagnoseWithAgent, which feeds these lines too
+	// and through the whole command: see cmd/kubectl-vpn's TestDiagnoseWithAgent, which feeds the same lines
 }
 
 func TestParseCharon(t *testing.T) {
@@ -160,7 +159,7 @@ func TestProposals(t *testing.T) {
 func TestAgentMessagesExist(t *testing.T) {
 	var src strings.Builder
 	for _, dir := range []string{"internal/agent", "cmd/gateway-agent"} {
-		err := filepath.WalkDir(filepath.Join(testenv.RepoRoot(), dir), func(p string, d os.DirEntry, err error) error {
+		err := filepath.WalkDir(filepath.Join(repoRoot, dir), func(p string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
 				return err
 			}
@@ -178,3 +177,7 @@ func TestAgentMessagesExist(t *testing.T) {
 		}
 	}
 }
+
+// repoRoot is the repository's top directory, from the package's directory (where go test
+// runs its tests).
+var repoRoot = filepath.Join("..", "..", "..")
