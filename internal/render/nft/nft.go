@@ -328,6 +328,9 @@ func Render(g *model.Gateway, o Options) (string, error) {
 	return p.write(), nil
 }
 
+// newPlan validates the gateway and the options and gathers what the ruleset is written from:
+// how tunnel traffic is matched, the peers' subnets, the forward exposures and their grant
+// classes, and the reverse exposures.
 func newPlan(g *model.Gateway, o Options) (*plan, error) {
 	if g == nil {
 		return nil, fmt.Errorf("no gateway")
@@ -349,6 +352,32 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 		cluster:     strconv.Quote(o.ClusterInterface),
 		sharedNetns: g.Endpoint.Kind == model.EndpointHostNetwork,
 	}
+	if err := p.planTunnel(g, o); err != nil {
+		return nil, err
+	}
+	peers, err := p.planPeers(g)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.planForward(g, peers); err != nil {
+		return nil, err
+	}
+	// Reverse exposures: nothing at all without internal sources; only those with a grantee.
+	if len(g.InternalSourceCIDRs) == 0 {
+		return p, nil
+	}
+	if err := p.planReverseClients(g); err != nil {
+		return nil, err
+	}
+	if err := p.planReverse(g, peers); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// planTunnel sets how the ruleset matches tunnel traffic — the tunnel interface, or for kernel
+// ESP the reqids of the gateway's peers' SAs and the subnets each carries — and the MSS clamp.
+func (p *plan) planTunnel(g *model.Gateway, o Options) error {
 	if o.TunnelInterface == "" {
 		// Kernel ESP: tunnel traffic is what the gateway's own SAs (its peers' reqids) carry.
 		for _, peer := range g.Peers {
@@ -356,7 +385,7 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 				continue
 			}
 			if err := model.ReqidError(peer); err != nil {
-				return nil, fmt.Errorf("kernel ESP: %w", err)
+				return fmt.Errorf("kernel ESP: %w", err)
 			}
 			p.reqids = append(p.reqids, peer.IPsec.Reqid)
 			for _, s := range peer.SourceCIDRs {
@@ -365,7 +394,7 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 		}
 		slices.Sort(p.reqids)
 		if len(slices.Compact(slices.Clone(p.reqids))) != len(p.reqids) {
-			return nil, fmt.Errorf("kernel ESP: two peers share a reqid")
+			return fmt.Errorf("kernel ESP: two peers share a reqid")
 		}
 		slices.SortFunc(p.sources, func(a, b reqidSource) int {
 			if a.reqid != b.reqid {
@@ -384,146 +413,177 @@ func newPlan(g *model.Gateway, o Options) (*plan, error) {
 	if o.TunnelMTU > 0 {
 		p.mss = o.TunnelMTU - 40
 	}
+	return nil
+}
 
+// planPeers sets the peers' names and their subnets, overlaps resolved (peerSubnets), and
+// returns the peers in name order, the order peerNames and the owners of peerIn follow.
+func (p *plan) planPeers(g *model.Gateway) (*peerIndex, error) {
 	peers, pieces, err := peerSubnets(g)
 	if err != nil {
 		return nil, err
 	}
 	p.peerIn = pieces
-	byName := make(map[string]*model.Peer, len(peers))
-	index := make(map[string]int, len(peers))
+	ix := &peerIndex{
+		peers:  peers,
+		byName: make(map[string]*model.Peer, len(peers)),
+		index:  make(map[string]int, len(peers)),
+	}
 	for i := range peers {
-		byName[peers[i].Name] = &peers[i]
-		index[peers[i].Name] = i
+		ix.byName[peers[i].Name] = &peers[i]
+		ix.index[peers[i].Name] = i
 		p.peerNames = append(p.peerNames, commentName(peers[i].Name))
 	}
+	return ix, nil
+}
 
-	// Forward exposures.
+// peerIndex finds the gateway's peers by name: the peer, and its index in name order.
+type peerIndex struct {
+	peers  []model.Peer
+	byName map[string]*model.Peer
+	index  map[string]int
+}
+
+// grantee checks that what (an exposure) may be granted to the peer named n: the gateway has
+// it and it is authorized.
+func (ix *peerIndex) grantee(what, n string) (*model.Peer, error) {
+	peer, ok := ix.byName[n]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%s is granted to peer %q, which the gateway does not have", what, commentName(n))
+	case !peer.Authorization.Authorized:
+		return nil, fmt.Errorf("%s is granted to peer %q, which is not authorized", what, commentName(n))
+	}
+	return peer, nil
+}
+
+// planForward checks the forward exposures and sets their ports and the peers' grant classes.
+func (p *plan) planForward(g *model.Gateway, peers *peerIndex) error {
 	seen := make(map[forwardKey]string)
-	granted := make([][]forwardKey, len(peers)) // by peer index
+	granted := make([][]forwardKey, len(peers.peers)) // by peer index
 	for _, e := range g.Exposures {
 		name := commentName(e.Name)
 		what := fmt.Sprintf("exposure %q", name)
 		if err := checkAddr(what+" virtual IP", e.VirtualIP); err != nil {
-			return nil, err
+			return err
 		}
 		if g.ServiceCIDR.IsValid() && !g.ServiceCIDR.Contains(e.VirtualIP) {
-			return nil, fmt.Errorf("%s: virtual IP %s is outside the service CIDR %s", what, e.VirtualIP, g.ServiceCIDR)
+			return fmt.Errorf("%s: virtual IP %s is outside the service CIDR %s", what, e.VirtualIP, g.ServiceCIDR)
 		}
 		if err := checkAddr(what+" target", e.Target); err != nil {
-			return nil, err
+			return err
 		}
 		for _, n := range e.GrantedTo {
-			peer, ok := byName[n]
-			switch {
-			case !ok:
-				return nil, fmt.Errorf("%s is granted to peer %q, which the gateway does not have", what, commentName(n))
-			case !peer.Authorization.Authorized:
-				return nil, fmt.Errorf("%s is granted to peer %q, which is not authorized", what, commentName(n))
+			if _, err := peers.grantee(what, n); err != nil {
+				return err
 			}
 		}
 		if len(e.Ports) == 0 {
-			return nil, fmt.Errorf("%s has no ports", what)
+			return fmt.Errorf("%s has no ports", what)
 		}
 		for _, port := range e.Ports {
 			if err := checkPort(what, port, false); err != nil {
-				return nil, err
+				return err
 			}
 			k := forwardKey{vip: e.VirtualIP, proto: port.Protocol, port: port.Port}
 			if other, dup := seen[k]; dup {
-				return nil, fmt.Errorf("%s and exposure %q both use %s", what, other, k)
+				return fmt.Errorf("%s and exposure %q both use %s", what, other, k)
 			}
 			seen[k] = name
 			p.forward = append(p.forward, forwardPort{key: k, exposure: name, target: e.Target, targetPort: port.TargetPort})
 			for _, n := range e.GrantedTo {
-				granted[index[n]] = append(granted[index[n]], k)
+				granted[peers.index[n]] = append(granted[peers.index[n]], k)
 			}
 		}
 	}
 	p.peerClass, p.classes = grantClasses(granted, p.peerNames)
+	return nil
+}
 
-	// Reverse exposures: nothing at all without internal sources; only those with a grantee.
-	if len(g.InternalSourceCIDRs) > 0 {
-		for i, c := range g.InternalSourceCIDRs {
-			if err := checkPrefix(fmt.Sprintf("internal source CIDR %d", i), c); err != nil {
-				return nil, err
-			}
-		}
-		for _, a := range g.ReverseClients {
-			if err := checkAddr("reverse client", a); err != nil {
-				return nil, err
-			}
-			if !slices.ContainsFunc(g.InternalSourceCIDRs, func(c netip.Prefix) bool { return c.Contains(a) }) {
-				return nil, fmt.Errorf("reverse client %s is outside the internal source CIDRs", a)
-			}
-		}
-		p.clients = slices.Clone(g.ReverseClients)
-		slices.SortFunc(p.clients, netip.Addr.Compare)
-		p.clients = slices.Compact(p.clients)
-		var ranges []netip.Prefix
-		for _, r := range g.Routes {
-			if err := checkPrefix("ClusterLink "+commentName(r.Link)+" range", r.CIDR); err != nil {
-				return nil, err
-			}
-			if !slices.Contains(g.InternalSourceCIDRs, r.CIDR) {
-				return nil, fmt.Errorf("ClusterLink %q range %s is not an internal source CIDR", commentName(r.Link), r.CIDR)
-			}
-			ranges = append(ranges, r.CIDR)
-		}
-		if len(ranges) > 0 {
-			p.clientRanges = coverPrefixes(ranges)
-		}
-		gwPorts := make(map[uint16]string)
-		for _, r := range g.ReverseExposures {
-			if r.Grantee == "" {
-				continue
-			}
-			name := commentName(r.Name)
-			what := fmt.Sprintf("reverse exposure %q", name)
-			peer, ok := byName[r.Grantee]
-			switch {
-			case !ok:
-				return nil, fmt.Errorf("%s is granted to peer %q, which the gateway does not have", what, commentName(r.Grantee))
-			case !peer.Authorization.Authorized:
-				return nil, fmt.Errorf("%s is granted to peer %q, which is not authorized", what, commentName(r.Grantee))
-			}
-			if err := checkAddr(what+" virtual IP", r.VirtualIP); err != nil {
-				return nil, err
-			}
-			if g.ServiceCIDR.IsValid() && !g.ServiceCIDR.Contains(r.VirtualIP) {
-				return nil, fmt.Errorf("%s: virtual IP %s is outside the service CIDR %s", what, r.VirtualIP, g.ServiceCIDR)
-			}
-			if err := checkAddr(what+" target", r.Target); err != nil {
-				return nil, err
-			}
-			if r.ServiceIP.IsValid() {
-				if err := checkAddr(what+" Service IP", r.ServiceIP); err != nil {
-					return nil, err
-				}
-			}
-			if !slices.ContainsFunc(peer.SourceCIDRs, func(s netip.Prefix) bool { return s.Contains(r.Target) }) {
-				return nil, fmt.Errorf("%s: target %s is not inside the subnets of its grantee %q", what, r.Target, commentName(r.Grantee))
-			}
-			if len(r.Ports) == 0 {
-				return nil, fmt.Errorf("%s has no ports", what)
-			}
-			for _, port := range r.Ports {
-				if err := checkPort(what, port, true); err != nil {
-					return nil, err
-				}
-				if other, dup := gwPorts[port.GatewayPort]; dup {
-					return nil, fmt.Errorf("%s and reverse exposure %q both use gateway port %d", what, other, port.GatewayPort)
-				}
-				gwPorts[port.GatewayPort] = name
-				p.reverse = append(p.reverse, reversePort{
-					exposure: name, grantee: commentName(r.Grantee), proto: port.Protocol,
-					gatewayPort: port.GatewayPort, target: r.Target, targetPort: port.TargetPort, vip: r.VirtualIP,
-					port: port.Port, serviceIP: r.ServiceIP,
-				})
-			}
+// planReverseClients checks the internal source CIDRs and sets who may reach the reverse
+// exposures: the reverse clients and the ready ClusterLinks' ranges.
+func (p *plan) planReverseClients(g *model.Gateway) error {
+	for i, c := range g.InternalSourceCIDRs {
+		if err := checkPrefix(fmt.Sprintf("internal source CIDR %d", i), c); err != nil {
+			return err
 		}
 	}
-	return p, nil
+	for _, a := range g.ReverseClients {
+		if err := checkAddr("reverse client", a); err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(g.InternalSourceCIDRs, func(c netip.Prefix) bool { return c.Contains(a) }) {
+			return fmt.Errorf("reverse client %s is outside the internal source CIDRs", a)
+		}
+	}
+	p.clients = slices.Clone(g.ReverseClients)
+	slices.SortFunc(p.clients, netip.Addr.Compare)
+	p.clients = slices.Compact(p.clients)
+	var ranges []netip.Prefix
+	for _, r := range g.Routes {
+		if err := checkPrefix("ClusterLink "+commentName(r.Link)+" range", r.CIDR); err != nil {
+			return err
+		}
+		if !slices.Contains(g.InternalSourceCIDRs, r.CIDR) {
+			return fmt.Errorf("ClusterLink %q range %s is not an internal source CIDR", commentName(r.Link), r.CIDR)
+		}
+		ranges = append(ranges, r.CIDR)
+	}
+	if len(ranges) > 0 {
+		p.clientRanges = coverPrefixes(ranges)
+	}
+	return nil
+}
+
+// planReverse checks the reverse exposures that have a grantee and sets their ports.
+func (p *plan) planReverse(g *model.Gateway, peers *peerIndex) error {
+	gwPorts := make(map[uint16]string)
+	for _, r := range g.ReverseExposures {
+		if r.Grantee == "" {
+			continue
+		}
+		name := commentName(r.Name)
+		what := fmt.Sprintf("reverse exposure %q", name)
+		peer, err := peers.grantee(what, r.Grantee)
+		if err != nil {
+			return err
+		}
+		if err := checkAddr(what+" virtual IP", r.VirtualIP); err != nil {
+			return err
+		}
+		if g.ServiceCIDR.IsValid() && !g.ServiceCIDR.Contains(r.VirtualIP) {
+			return fmt.Errorf("%s: virtual IP %s is outside the service CIDR %s", what, r.VirtualIP, g.ServiceCIDR)
+		}
+		if err := checkAddr(what+" target", r.Target); err != nil {
+			return err
+		}
+		if r.ServiceIP.IsValid() {
+			if err := checkAddr(what+" Service IP", r.ServiceIP); err != nil {
+				return err
+			}
+		}
+		if !slices.ContainsFunc(peer.SourceCIDRs, func(s netip.Prefix) bool { return s.Contains(r.Target) }) {
+			return fmt.Errorf("%s: target %s is not inside the subnets of its grantee %q", what, r.Target, commentName(r.Grantee))
+		}
+		if len(r.Ports) == 0 {
+			return fmt.Errorf("%s has no ports", what)
+		}
+		for _, port := range r.Ports {
+			if err := checkPort(what, port, true); err != nil {
+				return err
+			}
+			if other, dup := gwPorts[port.GatewayPort]; dup {
+				return fmt.Errorf("%s and reverse exposure %q both use gateway port %d", what, other, port.GatewayPort)
+			}
+			gwPorts[port.GatewayPort] = name
+			p.reverse = append(p.reverse, reversePort{
+				exposure: name, grantee: commentName(r.Grantee), proto: port.Protocol,
+				gatewayPort: port.GatewayPort, target: r.Target, targetPort: port.TargetPort, vip: r.VirtualIP,
+				port: port.Port, serviceIP: r.ServiceIP,
+			})
+		}
+	}
+	return nil
 }
 
 // peerSubnets returns g's peers in name order and their subnets as the ruleset attributes
@@ -575,200 +635,273 @@ func (p *plan) elements() int {
 	return n
 }
 
-// write renders the plan. Everything here is already validated.
+// write renders the plan: the table's header, its counters, sets and maps, then its chains,
+// one section each, in this order. Everything here is already validated.
 func (p *plan) write() string {
-	var b strings.Builder
-	b.Grow(4096 + 30*len(p.peerIn) + 100*len(p.forward))
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w := &rulesetWriter{
+		p:             p,
+		inLengths:     lengthsOf(len(p.peerIn), func(i int) netip.Prefix { return p.peerIn[i].prefix }),
+		sourceLengths: lengthsOf(len(p.sources), func(i int) netip.Prefix { return p.sources[i].prefix }),
+		reverse:       p.hasClients() && len(p.reverse) > 0,
+	}
+	w.b.Grow(4096 + 30*len(p.peerIn) + 100*len(p.forward))
 
-	w("# nftables ruleset of VPN gateway %s (%s), rendered by bnerd-vpn-operator; do not edit.\n", p.comment, p.protocol)
-	w("# Apply with `nft -f`: the table is declared, deleted and re-created in one transaction.\n")
-	w("table %s %s {}\n", Family, Table)
-	w("delete table %s %s\n", Family, Table)
-	w("table %s %s {\n", Family, Table)
+	w.header()
+	w.counters()
+	w.peerMaps()
+	w.dropSets()
+	w.kernelESPSets()
+	w.forwardSets()
+	w.reverseSets()
 
-	// Counters.
-	counter := func(name string) { w("\tcounter %s {}\n", name) }
-	w("\t# Dropped from the tunnel with a source in no peer's subnets.\n")
+	w.tunnelSourceChain()
+	w.reverseServiceChain()
+	w.preroutingChain()
+	w.routeMarkChains()
+	w.postroutingChain()
+	w.forwardChain()
+	w.tunnelChains()
+	w.printf("}\n")
+	return w.b.String()
+}
+
+// rulesetWriter writes one plan's ruleset text, section by section (plan.write).
+type rulesetWriter struct {
+	p *plan
+	b strings.Builder
+	// inLengths and sourceLengths are the prefix lengths of the peers' subnets and of the
+	// reqids' sources (kernel ESP), longest first: one set or map, and one rule, per length.
+	inLengths, sourceLengths []int
+	// reverse: the ruleset translates reverse exposures (someone may reach one with a grantee).
+	reverse bool
+}
+
+func (w *rulesetWriter) printf(format string, args ...any) { fmt.Fprintf(&w.b, format, args...) }
+
+// header opens the table after deleting the old one (one transaction with `nft -f`).
+func (w *rulesetWriter) header() {
+	w.printf("# nftables ruleset of VPN gateway %s (%s), rendered by bnerd-vpn-operator; do not edit.\n", w.p.comment, w.p.protocol)
+	w.printf("# Apply with `nft -f`: the table is declared, deleted and re-created in one transaction.\n")
+	w.printf("table %s %s {}\n", Family, Table)
+	w.printf("delete table %s %s\n", Family, Table)
+	w.printf("table %s %s {\n", Family, Table)
+}
+
+// counters are the named counters of drops no peer subnet accounts for.
+func (w *rulesetWriter) counters() {
+	counter := func(name string) { w.printf("\tcounter %s {}\n", name) }
+	w.printf("\t# Dropped from the tunnel with a source in no peer's subnets.\n")
 	counter(CounterUnknownIn)
-	w("\t# Dropped otherwise (forwarded, neither from the tunnel nor toward a peer).\n")
+	w.printf("\t# Dropped otherwise (forwarded, neither from the tunnel nor toward a peer).\n")
 	counter(CounterOther)
-	if p.kernelESP() {
-		w("\t# Dropped from the tunnel with a source its SA's peer does not carry (kernel ESP).\n")
+	if w.p.kernelESP() {
+		w.printf("\t# Dropped from the tunnel with a source its SA's peer does not carry (kernel ESP).\n")
 		counter(CounterSpoofed)
 	}
-	w("\n")
+	w.printf("\n")
+}
 
-	// Peer subnet -> grant class maps (overlaps resolved: authorized peer, then the longest
-	// prefix), and the sets counting each subnet's drops, one per prefix length (see lengthName).
-	inLengths := lengthsOf(len(p.peerIn), func(i int) netip.Prefix { return p.peerIn[i].prefix })
-	w("\t# A peer subnet's /N network -> its peer's grant class (0: none), one map per prefix length N.\n")
-	for _, bits := range inLengths {
-		w("\tmap %s {\n\t\ttype ipv4_addr : mark\n", lengthName(SetPeer, bits))
+// peerMaps map each peer subnet to its peer's grant class (overlaps resolved: authorized peer,
+// then the longest prefix), one map per prefix length (see lengthName).
+func (w *rulesetWriter) peerMaps() {
+	w.printf("\t# A peer subnet's /N network -> its peer's grant class (0: none), one map per prefix length N.\n")
+	for _, bits := range w.inLengths {
+		w.printf("\tmap %s {\n\t\ttype ipv4_addr : mark\n", lengthName(SetPeer, bits))
 		var elems []string
-		for _, e := range p.peerIn {
+		for _, e := range w.p.peerIn {
 			if e.prefix.Bits() == bits {
-				elems = append(elems, e.prefix.Addr().String()+" : "+classID(p.peerClass[e.owner]))
+				elems = append(elems, e.prefix.Addr().String()+" : "+classID(w.p.peerClass[e.owner]))
 			}
 		}
-		writeElements(&b, nil, elems)
-		w("\t}\n\n")
+		writeElements(&w.b, nil, elems)
+		w.printf("\t}\n\n")
 	}
-	w("\t# Dropped packets per peer subnet (/N network), from the tunnel (in) and toward it (out): an\n")
-	w("\t# element, and its counter, is made by the kernel at the subnet's first drop.\n")
+}
+
+// dropSets count each peer subnet's drops, both ways, one set per prefix length.
+func (w *rulesetWriter) dropSets() {
+	w.printf("\t# Dropped packets per peer subnet (/N network), from the tunnel (in) and toward it (out): an\n")
+	w.printf("\t# element, and its counter, is made by the kernel at the subnet's first drop.\n")
 	for _, dir := range []string{SetDropsIn, SetDropsOut} {
-		for _, bits := range inLengths {
-			w("\tset %s {\n\t\ttype ipv4_addr\n\t\tflags dynamic\n\t\tcounter\n\t}\n\n", lengthName(dir, bits))
+		for _, bits := range w.inLengths {
+			w.printf("\tset %s {\n\t\ttype ipv4_addr\n\t\tflags dynamic\n\t\tcounter\n\t}\n\n", lengthName(dir, bits))
 		}
 	}
+}
 
-	sourceLengths := lengthsOf(len(p.sources), func(i int) netip.Prefix { return p.sources[i].prefix })
-	if p.kernelESP() {
-		w("\t# Kernel ESP: the reqids of the gateway's peers' SAs; tunnel traffic is what they carry.\n")
-		w("\tset %s {\n\t\ttypeof ipsec in reqid\n", SetReqids)
-		reqids := make([]string, len(p.reqids))
-		for i, r := range p.reqids {
-			reqids[i] = strconv.FormatUint(uint64(r), 10)
-		}
-		writeElements(&b, nil, reqids)
-		w("\t}\n\n")
-		w("\t# Kernel ESP: (reqid . source's /N network) of every peer's subnets, one set per prefix\n")
-		w("\t# length N; a packet an SA of the gateway decrypted is let in only when its source is one\n")
-		w("\t# its own peer carries.\n")
-		for _, bits := range sourceLengths {
-			w("\tset %s {\n\t\ttypeof ipsec in reqid . ip saddr\n", lengthName(SetTunnelSources, bits))
-			var elems []string
-			for _, s := range p.sources {
-				if s.prefix.Bits() == bits {
-					elems = append(elems, fmt.Sprintf("%d . %s", s.reqid, s.prefix.Addr()))
-				}
-			}
-			writeElements(&b, nil, elems)
-			w("\t}\n\n")
-		}
+// kernelESPSets (kernel ESP only) are the reqids of the gateway's SAs and, per prefix length,
+// the sources each of them carries.
+func (w *rulesetWriter) kernelESPSets() {
+	if !w.p.kernelESP() {
+		return
 	}
-
-	// Forward exposures.
-	w("\t# Forward exposures: (grant class . virtual IP . protocol . port) granted.\n")
-	w("\tset %s {\n\t\ttype mark . ipv4_addr . inet_proto . inet_service\n", SetFwdGrants)
-	{
+	w.printf("\t# Kernel ESP: the reqids of the gateway's peers' SAs; tunnel traffic is what they carry.\n")
+	w.printf("\tset %s {\n\t\ttypeof ipsec in reqid\n", SetReqids)
+	reqids := make([]string, len(w.p.reqids))
+	for i, r := range w.p.reqids {
+		reqids[i] = strconv.FormatUint(uint64(r), 10)
+	}
+	writeElements(&w.b, nil, reqids)
+	w.printf("\t}\n\n")
+	w.printf("\t# Kernel ESP: (reqid . source's /N network) of every peer's subnets, one set per prefix\n")
+	w.printf("\t# length N; a packet an SA of the gateway decrypted is let in only when its source is one\n")
+	w.printf("\t# its own peer carries.\n")
+	for _, bits := range w.sourceLengths {
+		w.printf("\tset %s {\n\t\ttypeof ipsec in reqid . ip saddr\n", lengthName(SetTunnelSources, bits))
 		var elems []string
-		var notes []elementNote
-		for _, c := range p.classes {
-			notes = append(notes, elementNote{at: len(elems), text: "class " + classID(c.id) + ": " + nameList(c.peers)})
-			for _, k := range c.ports {
-				elems = append(elems, classID(c.id)+" . "+k.String())
+		for _, s := range w.p.sources {
+			if s.prefix.Bits() == bits {
+				elems = append(elems, fmt.Sprintf("%d . %s", s.reqid, s.prefix.Addr()))
 			}
 		}
-		writeElements(&b, notes, elems)
+		writeElements(&w.b, nil, elems)
+		w.printf("\t}\n\n")
 	}
-	w("\t}\n\n")
+}
 
-	w("\t# Forward exposures: (virtual IP . protocol . port) -> (target . port).\n")
-	w("\tmap fwd_dnat {\n\t\ttype ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service\n")
+// forwardSets are the forward exposures: what each grant class may reach, and where each
+// virtual IP's port is translated to.
+func (w *rulesetWriter) forwardSets() {
+	w.printf("\t# Forward exposures: (grant class . virtual IP . protocol . port) granted.\n")
+	w.printf("\tset %s {\n\t\ttype mark . ipv4_addr . inet_proto . inet_service\n", SetFwdGrants)
 	var elems []string
 	var notes []elementNote
-	for i, f := range p.forward {
-		if i == 0 || p.forward[i-1].exposure != f.exposure {
+	for _, c := range w.p.classes {
+		notes = append(notes, elementNote{at: len(elems), text: "class " + classID(c.id) + ": " + nameList(c.peers)})
+		for _, k := range c.ports {
+			elems = append(elems, classID(c.id)+" . "+k.String())
+		}
+	}
+	writeElements(&w.b, notes, elems)
+	w.printf("\t}\n\n")
+
+	w.printf("\t# Forward exposures: (virtual IP . protocol . port) -> (target . port).\n")
+	w.printf("\tmap fwd_dnat {\n\t\ttype ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service\n")
+	elems, notes = nil, nil
+	for i, f := range w.p.forward {
+		if i == 0 || w.p.forward[i-1].exposure != f.exposure {
 			notes = append(notes, elementNote{at: len(elems), text: "exposure " + f.exposure})
 		}
 		elems = append(elems, fmt.Sprintf("%s : %s . %d", f.key, f.target, f.targetPort))
 	}
-	writeElements(&b, notes, elems)
-	w("\t}\n")
+	writeElements(&w.b, notes, elems)
+	w.printf("\t}\n")
+}
 
-	reverse := p.hasClients() && len(p.reverse) > 0
-	if reverse {
-		w("\n\t# Reverse exposures: the pods that may reach them (the gateway's tenant), inside internalSourceCIDRs.\n")
-		w("\tset reverse_clients {\n\t\ttype ipv4_addr\n")
-		if len(p.clientRanges) > 0 {
-			w("\t\t# and the ranges of the ready ClusterLinks (service clusters' workloads)\n")
-			w("\t\tflags interval\n")
+// reverseSets (when reverse exposures are translated) are who may reach them, where each
+// gateway port is translated to and from, and, on the node, the same by Service IP.
+func (w *rulesetWriter) reverseSets() {
+	if !w.reverse {
+		return
+	}
+	p := w.p
+	w.printf("\n\t# Reverse exposures: the pods that may reach them (the gateway's tenant), inside internalSourceCIDRs.\n")
+	w.printf("\tset reverse_clients {\n\t\ttype ipv4_addr\n")
+	if len(p.clientRanges) > 0 {
+		w.printf("\t\t# and the ranges of the ready ClusterLinks (service clusters' workloads)\n")
+		w.printf("\t\tflags interval\n")
+	}
+	writeElements(&w.b, nil, p.clientElements())
+	w.printf("\t}\n\n")
+	w.printf("\t# Reverse exposures: (protocol . gateway port) -> (target in the grantee's subnets . port).\n")
+	w.printf("\tmap rev_dnat {\n\t\ttype inet_proto . inet_service : ipv4_addr . inet_service\n")
+	var elems []string
+	var notes []elementNote
+	for i, r := range p.reverse {
+		if i == 0 || p.reverse[i-1].exposure != r.exposure {
+			notes = append(notes, elementNote{at: len(elems), text: fmt.Sprintf("reverse exposure %s into peer %s", r.exposure, r.grantee)})
 		}
-		writeElements(&b, nil, p.clientElements())
-		w("\t}\n\n")
-		w("\t# Reverse exposures: (protocol . gateway port) -> (target in the grantee's subnets . port).\n")
-		w("\tmap rev_dnat {\n\t\ttype inet_proto . inet_service : ipv4_addr . inet_service\n")
-		elems, notes = nil, nil
-		for i, r := range p.reverse {
-			if i == 0 || p.reverse[i-1].exposure != r.exposure {
-				notes = append(notes, elementNote{at: len(elems), text: fmt.Sprintf("reverse exposure %s into peer %s", r.exposure, r.grantee)})
-			}
-			elems = append(elems, fmt.Sprintf("%s . %d : %s . %d", r.proto, r.gatewayPort, r.target, r.targetPort))
-		}
-		writeElements(&b, notes, elems)
-		w("\t}\n\n")
-		keySet(&b, "rev_ports", "inet_proto . inet_service", "rev_dnat", elems)
-		w("\n")
-		w("\t# Reverse exposures: gateway port -> the exposure's virtual IP (the tunnel's source).\n")
-		w("\tmap rev_snat {\n\t\ttype inet_service : ipv4_addr\n")
-		elems = nil
-		for _, r := range p.reverse {
-			elems = append(elems, fmt.Sprintf("%d : %s", r.gatewayPort, r.vip))
-		}
-		writeElements(&b, nil, elems)
-		w("\t}\n")
-		if p.serviceKeyed() {
-			w("\n\t# Reverse exposures on the node: (Service IP . protocol . port) -> (target . port).\n")
-			w("\tmap rev_svc_dnat {\n\t\ttype ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service\n")
-			elems = nil
-			for _, r := range p.reverse {
-				if r.serviceIP.IsValid() {
-					elems = append(elems, fmt.Sprintf("%s . %s . %d : %s . %d", r.serviceIP, r.proto, r.port, r.target, r.targetPort))
-				}
-			}
-			writeElements(&b, nil, elems)
-			w("\t}\n\n")
-			keySet(&b, "rev_svc_keys", "ipv4_addr . inet_proto . inet_service", "rev_svc_dnat", elems)
-			w("\n")
-			w("\t# Reverse exposures on the node: (Service IP . port) -> the exposure's virtual IP.\n")
-			w("\tmap rev_svc_snat {\n\t\ttype ipv4_addr . inet_service : ipv4_addr\n")
-			elems = nil
-			for _, r := range p.reverse {
-				if r.serviceIP.IsValid() {
-					elems = append(elems, fmt.Sprintf("%s . %d : %s", r.serviceIP, r.port, r.vip))
-				}
-			}
-			writeElements(&b, nil, elems)
-			w("\t}\n\n")
-			keySet(&b, "rev_svc_snat_keys", "ipv4_addr . inet_service", "rev_svc_snat", elems)
+		elems = append(elems, fmt.Sprintf("%s . %d : %s . %d", r.proto, r.gatewayPort, r.target, r.targetPort))
+	}
+	writeElements(&w.b, notes, elems)
+	w.printf("\t}\n\n")
+	keySet(&w.b, "rev_ports", "inet_proto . inet_service", "rev_dnat", elems)
+	w.printf("\n")
+	w.printf("\t# Reverse exposures: gateway port -> the exposure's virtual IP (the tunnel's source).\n")
+	w.printf("\tmap rev_snat {\n\t\ttype inet_service : ipv4_addr\n")
+	elems = nil
+	for _, r := range p.reverse {
+		elems = append(elems, fmt.Sprintf("%d : %s", r.gatewayPort, r.vip))
+	}
+	writeElements(&w.b, nil, elems)
+	w.printf("\t}\n")
+	if !p.serviceKeyed() {
+		return
+	}
+	w.printf("\n\t# Reverse exposures on the node: (Service IP . protocol . port) -> (target . port).\n")
+	w.printf("\tmap rev_svc_dnat {\n\t\ttype ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service\n")
+	elems = nil
+	for _, r := range p.reverse {
+		if r.serviceIP.IsValid() {
+			elems = append(elems, fmt.Sprintf("%s . %s . %d : %s . %d", r.serviceIP, r.proto, r.port, r.target, r.targetPort))
 		}
 	}
+	writeElements(&w.b, nil, elems)
+	w.printf("\t}\n\n")
+	keySet(&w.b, "rev_svc_keys", "ipv4_addr . inet_proto . inet_service", "rev_svc_dnat", elems)
+	w.printf("\n")
+	w.printf("\t# Reverse exposures on the node: (Service IP . port) -> the exposure's virtual IP.\n")
+	w.printf("\tmap rev_svc_snat {\n\t\ttype ipv4_addr . inet_service : ipv4_addr\n")
+	elems = nil
+	for _, r := range p.reverse {
+		if r.serviceIP.IsValid() {
+			elems = append(elems, fmt.Sprintf("%s . %d : %s", r.serviceIP, r.port, r.vip))
+		}
+	}
+	writeElements(&w.b, nil, elems)
+	w.printf("\t}\n\n")
+	keySet(&w.b, "rev_svc_snat_keys", "ipv4_addr . inet_service", "rev_svc_snat", elems)
+}
 
-	// Chains.
-	if p.kernelESP() {
-		w("\n\t# Kernel ESP: grants are bound to the SA a packet came through. A source in another\n")
-		w("\t# peer's subnets (or in none) is dropped before anything else sees the packet, so every\n")
-		w("\t# later match of a source subnet also matches the SA (reqid) of the peer owning it.\n")
-		w("\tchain tunnel_source {\n\t\ttype filter hook prerouting priority -160; policy accept;\n")
-		for _, bits := range sourceLengths {
-			w("\t\t%s ipsec in reqid . %s @%s accept\n", p.tunnelIn, masked("ip saddr", bits), lengthName(SetTunnelSources, bits))
-		}
-		w("\t\t%s counter name %q drop\n", p.tunnelIn, CounterSpoofed)
-		w("\t}\n")
+// tunnelSourceChain (kernel ESP only) drops a packet from the tunnel whose source the SA it
+// came through does not carry, before anything else sees it.
+func (w *rulesetWriter) tunnelSourceChain() {
+	if !w.p.kernelESP() {
+		return
 	}
-	if p.serviceKeyed() {
-		w("\n\t# A client on the gateway's own node reaches a reverse exposure's Service here, before\n")
-		w("\t# kube-proxy (priority dstnat) would translate it to the node's address, where no second\n")
-		w("\t# translation into the tunnel can happen.\n")
-		w("\tchain reverse_service {\n\t\ttype nat hook prerouting priority -110; policy accept;\n")
-		match, ret := p.notFromTunnel()
-		b.WriteString(ret)
-		w("\t\t%s%sip saddr @reverse_clients ip daddr . meta l4proto . th dport @rev_svc_keys ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @rev_svc_dnat\n", match, strictSource, MarkReverse)
-		w("\t}\n")
+	w.printf("\n\t# Kernel ESP: grants are bound to the SA a packet came through. A source in another\n")
+	w.printf("\t# peer's subnets (or in none) is dropped before anything else sees the packet, so every\n")
+	w.printf("\t# later match of a source subnet also matches the SA (reqid) of the peer owning it.\n")
+	w.printf("\tchain tunnel_source {\n\t\ttype filter hook prerouting priority -160; policy accept;\n")
+	for _, bits := range w.sourceLengths {
+		w.printf("\t\t%s ipsec in reqid . %s @%s accept\n", w.p.tunnelIn, masked("ip saddr", bits), lengthName(SetTunnelSources, bits))
 	}
-	w("\n\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n")
-	w("\t\t# A peer's packet is translated only when its source is granted; nothing else is. The\n")
-	w("\t\t# conntrack mark carries the source subnet's grant class from one lookup to the next and\n")
-	w("\t\t# ends as MarkForward (translated) or 0.\n")
-	w("\t\t%s ct mark set %s\n", p.tunnelIn, classID(noClass))
-	for _, bits := range inLengths {
-		w("\t\t%s ct mark set %s map @%s\n", p.tunnelIn, masked("ip saddr", bits), lengthName(SetPeer, bits))
+	w.printf("\t\t%s counter name %q drop\n", w.p.tunnelIn, CounterSpoofed)
+	w.printf("\t}\n")
+}
+
+// reverseServiceChain (on the node, with a reverse exposure's Service IP) translates a client
+// of the gateway's own node to the reverse target before kube-proxy would.
+func (w *rulesetWriter) reverseServiceChain() {
+	if !w.p.serviceKeyed() {
+		return
 	}
-	w("\t\t%s ct mark . ip daddr . meta l4proto . th dport @%s ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @fwd_dnat\n",
+	w.printf("\n\t# A client on the gateway's own node reaches a reverse exposure's Service here, before\n")
+	w.printf("\t# kube-proxy (priority dstnat) would translate it to the node's address, where no second\n")
+	w.printf("\t# translation into the tunnel can happen.\n")
+	w.printf("\tchain reverse_service {\n\t\ttype nat hook prerouting priority -110; policy accept;\n")
+	match, ret := w.p.notFromTunnel()
+	w.b.WriteString(ret)
+	w.printf("\t\t%s%sip saddr @reverse_clients ip daddr . meta l4proto . th dport @rev_svc_keys ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @rev_svc_dnat\n", match, strictSource, MarkReverse)
+	w.printf("\t}\n")
+}
+
+// preroutingChain translates a granted peer's new flow to its forward exposure's target, and
+// a reverse client's to its reverse exposure's.
+func (w *rulesetWriter) preroutingChain() {
+	p := w.p
+	w.printf("\n\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n")
+	w.printf("\t\t# A peer's packet is translated only when its source is granted; nothing else is. The\n")
+	w.printf("\t\t# conntrack mark carries the source subnet's grant class from one lookup to the next and\n")
+	w.printf("\t\t# ends as MarkForward (translated) or 0.\n")
+	w.printf("\t\t%s ct mark set %s\n", p.tunnelIn, classID(noClass))
+	for _, bits := range w.inLengths {
+		w.printf("\t\t%s ct mark set %s map @%s\n", p.tunnelIn, masked("ip saddr", bits), lengthName(SetPeer, bits))
+	}
+	w.printf("\t\t%s ct mark . ip daddr . meta l4proto . th dport @%s ct mark set 0x%08x dnat ip to ip daddr . meta l4proto . th dport map @fwd_dnat\n",
 		p.tunnelIn, SetFwdGrants, MarkForward)
-	w("\t\t%s ct mark set %s\n", p.tunnelIn, classID(noClass))
-	if reverse {
+	w.printf("\t\t%s ct mark set %s\n", p.tunnelIn, classID(noClass))
+	if w.reverse {
 		// In a pod the clients arrive on its cluster interface; on the node they arrive on the
 		// CNI's bridge or veths (any device but the tunnel's), sent by kube-proxy to the node's
 		// address and the gateway's port.
@@ -776,44 +909,57 @@ func (p *plan) write() string {
 		if p.sharedNetns {
 			var ret string
 			from, ret = p.notFromTunnel()
-			b.WriteString(ret)
+			w.b.WriteString(ret)
 			from += strictSource
 		}
-		w("\t\t%sfib daddr type local ip saddr @reverse_clients meta l4proto . th dport @rev_ports ct mark set 0x%08x dnat ip to meta l4proto . th dport map @rev_dnat\n", from, MarkReverse)
+		w.printf("\t\t%sfib daddr type local ip saddr @reverse_clients meta l4proto . th dport @rev_ports ct mark set 0x%08x dnat ip to meta l4proto . th dport map @rev_dnat\n", from, MarkReverse)
 	}
-	w("\t}\n\n")
+	w.printf("\t}\n\n")
+}
 
-	w("\t# The gateway's own flows take charon's routes (table 220, consulted for RouteMark only):\n")
-	w("\t# after the DNAT, before the routing decision; and the gateway's own ICMP errors for them.\n")
-	w("\tchain route_mark {\n\t\ttype filter hook prerouting priority -99; policy accept;\n")
-	w("\t\tct mark { 0x%08x, 0x%08x } meta mark set meta mark | 0x%08x\n", MarkForward, MarkReverse, RouteMark)
-	w("\t}\n\n")
-	w("\tchain route_mark_out {\n\t\ttype route hook output priority -99; policy accept;\n")
-	w("\t\tct mark { 0x%08x, 0x%08x } meta mark set meta mark | 0x%08x\n", MarkForward, MarkReverse, RouteMark)
-	w("\t}\n\n")
+// routeMarkChains give the gateway's own flows the packet mark charon's routes are
+// consulted for (RouteMark).
+func (w *rulesetWriter) routeMarkChains() {
+	w.printf("\t# The gateway's own flows take charon's routes (table 220, consulted for RouteMark only):\n")
+	w.printf("\t# after the DNAT, before the routing decision; and the gateway's own ICMP errors for them.\n")
+	w.printf("\tchain route_mark {\n\t\ttype filter hook prerouting priority -99; policy accept;\n")
+	w.printf("\t\tct mark { 0x%08x, 0x%08x } meta mark set meta mark | 0x%08x\n", MarkForward, MarkReverse, RouteMark)
+	w.printf("\t}\n\n")
+	w.printf("\tchain route_mark_out {\n\t\ttype route hook output priority -99; policy accept;\n")
+	w.printf("\t\tct mark { 0x%08x, 0x%08x } meta mark set meta mark | 0x%08x\n", MarkForward, MarkReverse, RouteMark)
+	w.printf("\t}\n\n")
+}
 
-	// Just before srcnat: on a node the CNI's and kube-proxy's masquerade chains sit at srcnat,
-	// and the first source NAT of a flow is the only one; the gateway's flows must leave with
-	// its own addresses (a reverse flow from its virtual IP), so its chain comes first. It
-	// translates nothing but the gateway's own marked flows.
-	w("\tchain postrouting {\n\t\ttype nat hook postrouting priority 99; policy accept;\n")
-	w("\t\t# Granted forward flows leave with the gateway's own cluster address: no routes back needed.\n")
-	w("\t\tct mark 0x%08x masquerade\n", MarkForward)
-	if reverse {
-		w("\t\t# Reverse flows enter the tunnel from the exposure's virtual IP (inside the service CIDR).\n")
-		if p.serviceKeyed() {
-			w("\t\tmeta l4proto { tcp, udp } ct mark 0x%08x ct original ip daddr . ct original proto-dst @rev_svc_snat_keys snat ip to ct original ip daddr . ct original proto-dst map @rev_svc_snat\n", MarkReverse)
+// postroutingChain gives the gateway's translated flows its own source addresses.
+//
+// Just before srcnat: on a node the CNI's and kube-proxy's masquerade chains sit at srcnat,
+// and the first source NAT of a flow is the only one; the gateway's flows must leave with
+// its own addresses (a reverse flow from its virtual IP), so its chain comes first. It
+// translates nothing but the gateway's own marked flows.
+func (w *rulesetWriter) postroutingChain() {
+	w.printf("\tchain postrouting {\n\t\ttype nat hook postrouting priority 99; policy accept;\n")
+	w.printf("\t\t# Granted forward flows leave with the gateway's own cluster address: no routes back needed.\n")
+	w.printf("\t\tct mark 0x%08x masquerade\n", MarkForward)
+	if w.reverse {
+		w.printf("\t\t# Reverse flows enter the tunnel from the exposure's virtual IP (inside the service CIDR).\n")
+		if w.p.serviceKeyed() {
+			w.printf("\t\tmeta l4proto { tcp, udp } ct mark 0x%08x ct original ip daddr . ct original proto-dst @rev_svc_snat_keys snat ip to ct original ip daddr . ct original proto-dst map @rev_svc_snat\n", MarkReverse)
 		}
-		w("\t\tmeta l4proto { tcp, udp } ct mark 0x%08x snat ip to ct original proto-dst map @rev_snat\n", MarkReverse)
+		w.printf("\t\tmeta l4proto { tcp, udp } ct mark 0x%08x snat ip to ct original proto-dst map @rev_snat\n", MarkReverse)
 	}
-	w("\t}\n\n")
+	w.printf("\t}\n\n")
+}
 
+// forwardChain clamps the MSS, accepts established and translated flows, and drops and
+// counts the rest (on the node: the rest from or into the tunnel).
+func (w *rulesetWriter) forwardChain() {
+	p := w.p
 	policy := "drop"
 	if p.sharedNetns {
 		// On a node, other forwarded traffic (pods, services) is none of the gateway's business.
 		policy = "accept"
 	}
-	w("\tchain forward {\n\t\ttype filter hook forward priority filter; policy %s;\n", policy)
+	w.printf("\tchain forward {\n\t\ttype filter hook forward priority filter; policy %s;\n", policy)
 	clamps := []string{""}
 	if p.sharedNetns { // only tunnel traffic, both ways
 		clamps = []string{p.tunnelIn + " ", p.tunnelOut + " "}
@@ -824,55 +970,61 @@ func (p *plan) write() string {
 	// inbound thread, the dataplane's bottleneck).
 	for _, match := range clamps {
 		if p.mss > 0 {
-			w("\t\ttcp flags syn %stcp option maxseg size > %d tcp option maxseg size set %d\n", match, p.mss, p.mss)
+			w.printf("\t\ttcp flags syn %stcp option maxseg size > %d tcp option maxseg size set %d\n", match, p.mss, p.mss)
 		} else {
-			w("\t\ttcp flags syn %stcp option maxseg size set rt mtu\n", match)
+			w.printf("\t\ttcp flags syn %stcp option maxseg size set rt mtu\n", match)
 		}
 	}
-	w("\t\tct state established,related accept\n")
-	w("\t\tct mark 0x%08x ct status dnat accept\n", MarkForward)
-	if reverse {
-		w("\t\tct mark 0x%08x ct status dnat accept\n", MarkReverse)
+	w.printf("\t\tct state established,related accept\n")
+	w.printf("\t\tct mark 0x%08x ct status dnat accept\n", MarkForward)
+	if w.reverse {
+		w.printf("\t\tct mark 0x%08x ct status dnat accept\n", MarkReverse)
 	}
-	// A peer subnet's drop: the map's value (unused, but a lookup in a map must take it on
-	// Linux 6.1) goes into the packet's mark on its way to being dropped.
-	peerDrops := func(match, field, set string) {
-		for _, bits := range inLengths {
-			key := masked(field, bits)
-			w("\t\t%smeta mark set %s map @%s update @%s { %s } drop\n", match, key, lengthName(SetPeer, bits), lengthName(set, bits), key)
-		}
-	}
-	peerDrops(p.tunnelIn+" ", "ip saddr", SetDropsIn)
-	w("\t\t%s counter name %q drop\n", p.tunnelIn, CounterUnknownIn)
+	w.peerDrops(p.tunnelIn+" ", "ip saddr", SetDropsIn)
+	w.printf("\t\t%s counter name %q drop\n", p.tunnelIn, CounterUnknownIn)
 	if p.sharedNetns {
 		// On a node only what enters the tunnel is the gateway's: a new flow into it that no
 		// exposure accepted is dropped; the node's other flows toward a peer-like range are not.
-		peerDrops(p.tunnelOut+" ", "ip daddr", SetDropsOut)
-		w("\t\t%s counter name %q drop\n", p.tunnelOut, CounterOther)
+		w.peerDrops(p.tunnelOut+" ", "ip daddr", SetDropsOut)
+		w.printf("\t\t%s counter name %q drop\n", p.tunnelOut, CounterOther)
 	} else {
-		peerDrops("", "ip daddr", SetDropsOut)
-		w("\t\tcounter name %q drop\n", CounterOther)
+		w.peerDrops("", "ip daddr", SetDropsOut)
+		w.printf("\t\tcounter name %q drop\n", CounterOther)
 	}
-	w("\t}\n\n")
+	w.printf("\t}\n\n")
+}
 
-	// The gateway's own traffic: what comes from or goes into the tunnel is matched once and
-	// judged in a chain of its own, so the rest (charon's ESP and IKE packets among them,
-	// several for every packet through the tunnel) meets one test, not three.
-	tunnelChains := func(hook, match, field, set, counter string) {
-		w("\tchain %s {\n\t\ttype filter hook %s priority filter; policy accept;\n", hook, hook)
-		w("\t\t%s jump %s_tunnel\n", match, hook)
-		w("\t}\n\n")
-		w("\tchain %s_tunnel {\n", hook)
-		w("\t\tct state established,related accept\n")
-		peerDrops("", field, set)
-		w("\t\tcounter name %q drop\n", counter)
-		w("\t}\n")
+// peerDrops are the rules that drop a packet of a peer subnet (field: its source or
+// destination) and count it in the subnet's element of set, one rule per prefix length. The
+// map's value (unused, but a lookup in a map must take it on Linux 6.1) goes into the packet's
+// mark on its way to being dropped.
+func (w *rulesetWriter) peerDrops(match, field, set string) {
+	for _, bits := range w.inLengths {
+		key := masked(field, bits)
+		w.printf("\t\t%smeta mark set %s map @%s update @%s { %s } drop\n", match, key, lengthName(SetPeer, bits), lengthName(set, bits), key)
 	}
-	tunnelChains("input", p.tunnelIn, "ip saddr", SetDropsIn, CounterUnknownIn)
-	w("\n")
-	tunnelChains("output", p.tunnelOut, "ip daddr", SetDropsOut, CounterOther)
-	w("}\n")
-	return b.String()
+}
+
+// tunnelChains judge the gateway's own traffic: what comes from or goes into the tunnel is
+// matched once and judged in a chain of its own, so the rest (charon's ESP and IKE packets
+// among them, several for every packet through the tunnel) meets one test, not three.
+func (w *rulesetWriter) tunnelChains() {
+	w.tunnelChain("input", w.p.tunnelIn, "ip saddr", SetDropsIn, CounterUnknownIn)
+	w.printf("\n")
+	w.tunnelChain("output", w.p.tunnelOut, "ip daddr", SetDropsOut, CounterOther)
+}
+
+// tunnelChain is a base chain on hook that jumps to <hook>_tunnel for the tunnel's packets
+// (match), and that chain: established flows accepted, new ones dropped and counted.
+func (w *rulesetWriter) tunnelChain(hook, match, field, set, counter string) {
+	w.printf("\tchain %s {\n\t\ttype filter hook %s priority filter; policy accept;\n", hook, hook)
+	w.printf("\t\t%s jump %s_tunnel\n", match, hook)
+	w.printf("\t}\n\n")
+	w.printf("\tchain %s_tunnel {\n", hook)
+	w.printf("\t\tct state established,related accept\n")
+	w.peerDrops("", field, set)
+	w.printf("\t\tcounter name %q drop\n", counter)
+	w.printf("\t}\n")
 }
 
 // Names of the sets and maps keyed by a peer subnet, before their prefix length (lengthName).
