@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -73,62 +72,7 @@ func firstOf[F any](checks []check[F], f *F) []finding {
 	return nil
 }
 
-// eventFact is one Event on the gateway or a peer (core/v1 or events.k8s.io/v1).
-type eventFact struct {
-	UID     string    `json:"-"`
-	Time    time.Time `json:"time"`
-	Type    string    `json:"type"`
-	Reason  string    `json:"reason"`
-	Message string    `json:"message"`
-	Kind    string    `json:"kind"`
-	Name    string    `json:"name"`
-	Count   int32     `json:"count"`
-}
-
 // --- peers ---
-
-// peerEvidence is everything diagnose knows about one peer.
-type peerEvidence struct {
-	Gateway *vpnv1.VPNGateway
-	Peer    *vpnv1.VPNPeer
-	// Decision is the model's (the operator's code) computed here; the peer's Authorized
-	// condition wins when reported.
-	Decision model.Decision
-	// Reaches describes what the peer may reach, e.g. `web (100.64.0.10 8080)`; empty: nothing.
-	Reaches []string
-	// Offered are the gateway's exposures by name.
-	Offered []string
-	// IKEProposals and ESPProposals are the peer's tunnel's, defaults applied (as the model has them).
-	IKEProposals, ESPProposals []string
-	Events                     []eventFact
-	// Metrics is the agent's view (nil: not read); Earlier an earlier sample Interval before.
-	Metrics, Earlier *gateways.PeerMetrics
-	Interval         time.Duration
-	// Charon is the tail of charon's log (nil: not read); CharonLines how many were asked for.
-	Charon      []logLine
-	CharonLines int
-	Now         time.Time
-}
-
-// peerCharon is the part of charon's log about this peer: its IKE_SAs (by connection name,
-// or by address or identity while charon does not know the connection yet).
-func (e *peerEvidence) peerCharon() []*ikeSA {
-	if e.Charon == nil || e.Peer.Spec.IPsec == nil {
-		return nil
-	}
-	entries, _ := parseCharon(e.Charon)
-	return peerSAs(charonSAs(entries), e.Peer.Name, e.Peer.Spec.IPsec.Peer.Address, remoteIDOf(e.Peer))
-}
-
-func remoteIDOf(p *vpnv1.VPNPeer) string {
-	if p.Spec.IPsec == nil {
-		return ""
-	}
-	if p.Spec.IPsec.Peer.ID != "" {
-		return p.Spec.IPsec.Peer.ID
-	}
-	return p.Spec.IPsec.Peer.Address
-}
 
 // noTunnelReasons are Authorized reasons that leave the peer without any tunnel: its
 // connection state follows from them.
@@ -559,22 +503,6 @@ func credentialsNext(reason, ns string, ref *vpnv1.SecretKeyRef) string {
 }
 
 // --- the gateway ---
-
-// gatewayEvidence is what diagnose knows about the gateway itself.
-type gatewayEvidence struct {
-	Gateway *vpnv1.VPNGateway
-	Pod     *corev1.Pod
-	NoPod   string
-	// Metrics is the agent's view (nil: not read, MetricsErr says why).
-	Metrics    *gateways.AgentMetrics
-	MetricsErr string
-	Events     []eventFact
-	// Agent is the tail of the agent's log (nil: not read, LogErr says why).
-	Agent     []logLine
-	AgentTail int
-	LogErr    string
-	Now       time.Time
-}
 
 // gatewayFacts are the evidence on the gateway and its readiness as the operator orders it.
 type gatewayFacts struct {
