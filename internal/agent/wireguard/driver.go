@@ -297,6 +297,10 @@ func (d *Driver) Close() error {
 // key Secret is missing or invalid is left out (removed if it was configured) and reported as
 // StateMissingSecret. WireGuard cannot unset a peer's endpoint: a peer whose endpoint is
 // removed from the bundle keeps the last one until it roams.
+//
+// The desired configuration (desiredPeers) and the device as wgctrl reads it make a plan
+// (planDevice, pure), which configureDevice carries out; convergeLink then plans and changes
+// the link and its routes (planLink, planRoutes).
 func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secrets) error {
 	if b == nil || b.WireGuard == nil {
 		return errors.New("the bundle has no WireGuard configuration")
@@ -327,177 +331,29 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 		d.signal()
 	}()
 
-	// Desired peers, with their salted hashes and wgctrl configurations.
-	type want struct {
-		hash  [32]byte
-		pc    wgtypes.PeerConfig
-		psk   *wgtypes.Key
-		nets  []netip.Prefix
-		ep    *net.UDPAddr
-		alive time.Duration
+	want := &desiredDevice{priv: &priv, listenPort: int(cfg.Interface.ListenPort), firewallMark: int(cfg.Interface.FirewallMark)}
+	defer want.wipe()
+	if err := d.desiredPeers(ctx, cfg.Peers, secrets, want); err != nil {
+		return err
 	}
-	wants := map[wgtypes.Key]*want{}
-	defer func() {
-		for _, w := range wants {
-			if w.psk != nil {
-				clear(w.psk[:])
-			}
-		}
-	}()
-	var desired []desiredPeer
-	for _, p := range cfg.Peers {
-		pub, err := p.PublicKeyBytes()
-		if err != nil {
-			return fmt.Errorf("peer %q: %w", p.Name, err)
-		}
-		key := wgtypes.Key(pub)
-		if _, dup := wants[key]; dup {
-			return fmt.Errorf("peer %q: public key configured twice", p.Name)
-		}
-		dp := desiredPeer{name: p.Name, key: key, initiates: p.Endpoint != "" || p.PersistentKeepalive > 0}
-		var psk *wgtypes.Key
-		if p.PresharedKey != nil {
-			k, err := readKey(secrets, *p.PresharedKey)
-			if err != nil {
-				dp.missing = "pre-shared key: " + err.Error()
-				desired = append(desired, dp)
-				continue
-			}
-			psk = &k
-		}
-		ep, note := resolveEndpoint(ctx, p)
-		dp.note = note
-		w := &want{psk: psk, ep: ep, alive: p.KeepaliveInterval(), nets: slices.Clone(p.AllowedIPs)}
-		w.hash = d.peerHash(key, w.nets, ep, w.alive, psk)
-		keepalive := w.alive
-		zero := wgtypes.Key{}
-		w.pc = wgtypes.PeerConfig{
-			PublicKey:                   key,
-			PresharedKey:                &zero, // clears a previous one
-			Endpoint:                    ep,
-			PersistentKeepaliveInterval: &keepalive,
-			ReplaceAllowedIPs:           true,
-			AllowedIPs:                  p.AllowedIPNets(),
-		}
-		if psk != nil {
-			w.pc.PresharedKey = psk
-		}
-		wants[key] = w
-		desired = append(desired, dp)
-	}
-
 	dev, err := d.client.Device(d.name)
 	if err != nil {
 		return fmt.Errorf("reading device %s: %s", d.name, redact(err.Error()))
 	}
 	defer wipeDevice(dev)
-
-	// Device settings: only what differs.
-	var devCfg wgtypes.Config
-	if dev.PublicKey != priv.PublicKey() {
-		devCfg.PrivateKey = &priv // cleared when Apply returns
-	}
-	if dev.ListenPort != int(cfg.Interface.ListenPort) {
-		port := int(cfg.Interface.ListenPort)
-		devCfg.ListenPort = &port
-	}
-	if dev.FirewallMark != int(cfg.Interface.FirewallMark) {
-		mark := int(cfg.Interface.FirewallMark)
-		devCfg.FirewallMark = &mark
-	}
-
-	// Peers: add or update what changed, remove what is gone. A configured peer the driver
-	// has no hash for (the agent restarted next to a kernel device, or an earlier
-	// configuration failed) is compared with the device and adopted when it matches.
-	onDevice := map[wgtypes.Key]wgtypes.Peer{}
-	for _, p := range dev.Peers {
-		onDevice[p.PublicKey] = p
-	}
-	var changed, initiate []wgtypes.Key
-	restored := 0
-	now := time.Now()
-	for key, w := range wants {
-		cur, present := onDevice[key]
-		if h, ok := d.applied[key]; present && ok && h == w.hash {
-			continue
-		}
-		if present {
-			if _, ok := d.applied[key]; !ok && matches(cur, w.nets, w.ep, w.alive, w.psk) {
-				d.applied[key] = w.hash
-				continue
-			}
-		}
-		pc := w.pc
-		if !present { // nothing to clear on a new peer
-			if w.psk == nil {
-				pc.PresharedKey = nil
-			}
-			if w.alive == 0 {
-				pc.PersistentKeepaliveInterval = nil
-			}
-			// On a device this driver created, a peer the previous device knew gets the
-			// endpoint that device last saw (unless one is configured), and when it may still
-			// hold a session with the previous device, a handshake at once: it would keep
-			// sending on that session, which nobody can decrypt any more, for 15 s.
-			ep, live := d.restoreFor(priv.PublicKey(), key, now)
-			if ep != nil && w.ep == nil {
-				pc.Endpoint = ep
-				restored++
-			}
-			if live {
-				initiate = append(initiate, key)
-			}
-		}
-		devCfg.Peers = append(devCfg.Peers, pc)
-		changed = append(changed, key)
-	}
-	var removed []wgtypes.Key
-	for key := range onDevice {
-		if _, keep := wants[key]; !keep {
-			devCfg.Peers = append(devCfg.Peers, wgtypes.PeerConfig{PublicKey: key, Remove: true})
-			removed = append(removed, key)
-		}
-	}
-	for key := range d.applied {
-		if _, keep := wants[key]; !keep {
-			delete(d.applied, key)
-		}
-	}
-	d.desired = desired
-
-	if devCfg.PrivateKey != nil || devCfg.ListenPort != nil || devCfg.FirewallMark != nil || len(devCfg.Peers) > 0 {
-		err := d.client.ConfigureDevice(d.name, devCfg)
-		if err != nil {
-			// Partly applied at worst: forget the hashes so that the next Apply compares
-			// with the device.
-			for _, k := range changed {
-				delete(d.applied, k)
-			}
-			return fmt.Errorf("configuring device %s: %s", d.name, redact(err.Error()))
-		}
-		for _, k := range changed {
-			d.applied[k] = wants[k].hash
-		}
-		names := map[wgtypes.Key]string{}
-		for _, p := range desired {
-			names[p.key] = p.name
-		}
-		for _, k := range changed {
-			d.log.Info("peer configured", "peer", names[k])
-		}
-		if len(removed) > 0 {
-			d.log.Info("peers removed", "count", len(removed))
-		}
+	pub, now := priv.PublicKey(), time.Now()
+	plan := planDevice(want, dev, d.applied, func(peer wgtypes.Key) (*net.UDPAddr, bool) {
+		return d.restoreFor(pub, peer, now)
+	})
+	d.desired = want.peers
+	if err := d.configureDevice(want, &plan); err != nil {
+		return err
 	}
 
 	// The link: MTU, address, up; then the routes of the configured peers.
-	var routes []netip.Prefix
-	for _, w := range wants {
-		routes = append(routes, w.nets...)
-	}
-	conflicts, err := d.convergeLink(cfg.Interface, routes)
+	conflicts, err := d.convergeLink(cfg.Interface, want.routes())
 	for i := range d.desired {
-		if w, ok := wants[d.desired[i].key]; ok && d.desired[i].missing == "" {
+		if w, ok := want.wanted[d.desired[i].key]; ok && d.desired[i].missing == "" {
 			d.desired[i].routes = conflictNote(conflicts, w.nets)
 		}
 	}
@@ -506,20 +362,92 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 	}
 	d.configured = true
 	d.fresh = false
-	if restored > 0 {
-		d.log.Info("peers' last endpoints restored from the previous device", "peers", restored)
+	if plan.restored > 0 {
+		d.log.Info("peers' last endpoints restored from the previous device", "peers", plan.restored)
 	}
 	if d.mem != nil {
 		clear(d.mem.restore) // they served the device's first configuration
 	}
 	if d.mode == ModeExternal {
 		alive := map[wgtypes.Key]time.Duration{}
-		for _, k := range initiate {
-			alive[k] = wants[k].alive
+		for _, k := range plan.initiate {
+			alive[k] = want.wanted[k].alive
 		}
 		d.initiateExternal(ctx, alive)
 	} else {
-		d.initiate(initiate)
+		d.initiate(plan.initiate)
+	}
+	return nil
+}
+
+// desiredPeers fills want with the bundle's peers: their public keys and pre-shared keys read,
+// their endpoints resolved and their configurations hashed. A peer whose pre-shared key cannot
+// be read is left out (missing). A peer's invalid or repeated public key is an error.
+func (d *Driver) desiredPeers(ctx context.Context, peers []rwg.Peer, secrets agent.Secrets, want *desiredDevice) error {
+	want.wanted = map[wgtypes.Key]*wantedPeer{}
+	for _, p := range peers {
+		pub, err := p.PublicKeyBytes()
+		if err != nil {
+			return fmt.Errorf("peer %q: %w", p.Name, err)
+		}
+		key := wgtypes.Key(pub)
+		if _, dup := want.wanted[key]; dup {
+			return fmt.Errorf("peer %q: public key configured twice", p.Name)
+		}
+		dp := desiredPeer{name: p.Name, key: key, initiates: p.Endpoint != "" || p.PersistentKeepalive > 0}
+		var psk *wgtypes.Key
+		if p.PresharedKey != nil {
+			k, err := readKey(secrets, *p.PresharedKey)
+			if err != nil {
+				dp.missing = "pre-shared key: " + err.Error()
+				want.peers = append(want.peers, dp)
+				continue
+			}
+			psk = &k
+		}
+		ep, note := resolveEndpoint(ctx, p)
+		dp.note = note
+		w := &wantedPeer{psk: psk, ep: ep, alive: p.KeepaliveInterval(), nets: slices.Clone(p.AllowedIPs), allowed: p.AllowedIPNets()}
+		w.hash = d.peerHash(key, w.nets, ep, w.alive, psk)
+		want.wanted[key] = w
+		want.peers = append(want.peers, dp)
+	}
+	return nil
+}
+
+// configureDevice carries out the plan's device changes and keeps the peers' hashes: the
+// adopted ones, none of the peers no longer wanted, and those of the changed peers once the
+// device took them.
+func (d *Driver) configureDevice(want *desiredDevice, plan *devicePlan) error {
+	for k, h := range plan.adopted {
+		d.applied[k] = h
+	}
+	for _, k := range plan.forget {
+		delete(d.applied, k)
+	}
+	if !plan.configures() {
+		return nil
+	}
+	if err := d.client.ConfigureDevice(d.name, plan.config); err != nil {
+		// Partly applied at worst: forget the hashes so that the next Apply compares with the
+		// device.
+		for _, k := range plan.changed {
+			delete(d.applied, k)
+		}
+		return fmt.Errorf("configuring device %s: %s", d.name, redact(err.Error()))
+	}
+	for _, k := range plan.changed {
+		d.applied[k] = want.wanted[k].hash
+	}
+	names := map[wgtypes.Key]string{}
+	for _, p := range want.peers {
+		names[p.key] = p.name
+	}
+	for _, k := range plan.changed {
+		d.log.Info("peer configured", "peer", names[k])
+	}
+	if len(plan.removed) > 0 {
+		d.log.Info("peers removed", "count", len(plan.removed))
 	}
 	return nil
 }

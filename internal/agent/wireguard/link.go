@@ -22,56 +22,18 @@ func (d *Driver) convergeLink(iface rwg.Interface, routes []netip.Prefix) (map[n
 	if err != nil {
 		return nil, fmt.Errorf("device %s: %w", d.name, err)
 	}
-	if iface.MTU > 0 && link.Attrs().MTU != int(iface.MTU) {
-		if err := netlink.LinkSetMTU(link, int(iface.MTU)); err != nil {
-			return nil, fmt.Errorf("device %s: setting MTU %d: %w", d.name, iface.MTU, err)
-		}
-	}
-
-	want := iface.Address
 	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("device %s: listing addresses: %w", d.name, err)
 	}
-	have := false
-	for _, a := range addrs {
-		p, ok := prefixOf(*a.IPNet)
-		if !ok {
-			continue
-		}
-		addr, _ := netip.AddrFromSlice(a.IP)
-		addr = addr.Unmap()
-		if addr == want.Addr() && p.Bits() == want.Bits() {
-			have = true
-			continue
-		}
-		if addr.IsLinkLocalUnicast() {
-			continue
-		}
-		if err := netlink.AddrDel(link, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return nil, fmt.Errorf("device %s: removing stale address %s: %w", d.name, addr, err)
-		}
-		d.log.Info("stale address removed", "address", p.String())
-	}
-	if !have {
-		if err := netlink.AddrReplace(link, &netlink.Addr{IPNet: ipNet(want)}); err != nil {
-			return nil, fmt.Errorf("device %s: setting address %s: %w", d.name, want, err)
-		}
-	}
-	if link.Attrs().Flags&net.FlagUp == 0 {
-		if err := netlink.LinkSetUp(link); err != nil {
-			return nil, fmt.Errorf("device %s: setting link up: %w", d.name, err)
-		}
+	lp := planLink(iface, link.Attrs().MTU, link.Attrs().Flags&net.FlagUp != 0, addrs, routes)
+	if err := d.changeLink(link, iface.Address, lp); err != nil {
+		return nil, err
 	}
 
 	// Routes: ours are marked with RouteProtocol. The connected route of the device's own
-	// address is the kernel's; an allowed IP equal to it needs no route of ours.
-	var wanted []netip.Prefix
-	for _, r := range routes {
-		if r = r.Masked(); r != want.Masked() {
-			wanted = append(wanted, r)
-		}
-	}
+	// address is the kernel's; an allowed IP equal to it needs no route of ours (planLink).
+	wanted := lp.routes
 	current, err := netlink.RouteListFiltered(netlink.FAMILY_ALL,
 		&netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	if err != nil {
@@ -129,6 +91,36 @@ func (d *Driver) convergeLink(iface rwg.Interface, routes []netip.Prefix) (map[n
 		return plan.Conflicts, fmt.Errorf("device %s: %w", d.name, errors.Join(errs...))
 	}
 	return plan.Conflicts, nil
+}
+
+// changeLink carries out a link plan: the MTU, the stale addresses removed, the device's own
+// address (want) added, the link up.
+func (d *Driver) changeLink(link netlink.Link, want netip.Prefix, lp linkPlan) error {
+	if lp.mtu > 0 {
+		if err := netlink.LinkSetMTU(link, lp.mtu); err != nil {
+			return fmt.Errorf("device %s: setting MTU %d: %w", d.name, lp.mtu, err)
+		}
+	}
+	for _, a := range lp.removeAddrs {
+		p, _ := prefixOf(*a.IPNet)
+		addr, _ := netip.AddrFromSlice(a.IP)
+		addr = addr.Unmap()
+		if err := netlink.AddrDel(link, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("device %s: removing stale address %s: %w", d.name, addr, err)
+		}
+		d.log.Info("stale address removed", "address", p.String())
+	}
+	if lp.addAddress {
+		if err := netlink.AddrReplace(link, &netlink.Addr{IPNet: ipNet(want)}); err != nil {
+			return fmt.Errorf("device %s: setting address %s: %w", d.name, want, err)
+		}
+	}
+	if lp.up {
+		if err := netlink.LinkSetUp(link); err != nil {
+			return fmt.Errorf("device %s: setting link up: %w", d.name, err)
+		}
+	}
+	return nil
 }
 
 // routeOf is how planRoutes sees a netlink route (a route without a destination is the
