@@ -440,50 +440,27 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 	return d.apply(ctx, cfg, secrets)
 }
 
-// apply does Apply's work; the caller holds applyMu.
+// apply does Apply's work; the caller holds applyMu. It reads the keys, plans the unloads and
+// loads from what charon holds as far as the driver loaded it (planApply), and carries the
+// plan out over VICI (carryOut).
 func (d *Driver) apply(ctx context.Context, cfg *strongswan.Config, secrets agent.Secrets) error {
-	var errs []error
-
-	// Read every key first: a connection without its key is not loaded.
-	type keyLoad struct {
-		key  strongswan.SharedKey
-		data []byte
-		fp   string
-	}
-	missing := map[string]string{}
-	keysByConn := map[string][]keyLoad{}
-	for _, k := range cfg.SharedKeys {
-		data, err := secrets.Get(k.Secret)
-		switch {
-		case err != nil:
-			missing[k.Connection] = fmt.Sprintf("pre-shared key not loaded: Secret %q key %q: %v", k.Secret.Name, k.Secret.Key, err)
-		case len(data) == 0:
-			missing[k.Connection] = fmt.Sprintf("pre-shared key not loaded: Secret %q key %q is empty", k.Secret.Name, k.Secret.Key)
-		default:
-			keysByConn[k.Connection] = append(keysByConn[k.Connection], keyLoad{key: k, data: data, fp: d.keyFingerprint(k, data)})
-		}
-	}
-	for conn := range missing {
-		// With any of its keys missing, a connection is not loaded, nor are its other keys.
-		delete(keysByConn, conn)
-	}
-
-	wantConns := map[string]strongswan.Connection{}
-	wantKeys := map[string]bool{}
-	for _, c := range cfg.Connections {
-		if _, miss := missing[c.Name]; miss {
-			continue
-		}
-		wantConns[c.Name] = c
-		for _, k := range keysByConn[c.Name] {
-			wantKeys[k.key.ID] = true
-		}
-	}
-
+	keysByConn, missing := d.readKeys(cfg.SharedKeys, secrets)
 	d.mu.Lock()
-	d.missing = missing
+	plan := planApply(cfg, keysByConn, missing, d.loadedConns, d.loadedKeys)
+	d.track(cfg, plan)
+	d.mu.Unlock()
+	err := d.carryOut(ctx, plan, d)
+	d.signal()
+	return err
+}
+
+// track keeps the per-connection state in step with the bundle: why connections are missing,
+// no load error of a connection no longer wanted, and the event state of the bundle's
+// connections only. The caller holds mu.
+func (d *Driver) track(cfg *strongswan.Config, plan *applyPlan) {
+	d.missing = plan.missing
 	for name := range d.loadErrs {
-		if _, ok := wantConns[name]; !ok {
+		if !plan.wanted[name] {
 			delete(d.loadErrs, name)
 		}
 	}
@@ -499,124 +476,6 @@ func (d *Driver) apply(ctx context.Context, cfg *strongswan.Config, secrets agen
 			delete(d.runtime, name)
 		}
 	}
-	var removeConns, removeKeys []string
-	for name := range d.loadedConns {
-		if _, ok := wantConns[name]; !ok {
-			removeConns = append(removeConns, name)
-		}
-	}
-	for id := range d.loadedKeys {
-		if !wantKeys[id] {
-			removeKeys = append(removeKeys, id)
-		}
-	}
-	d.mu.Unlock()
-	slices.Sort(removeConns)
-	slices.Sort(removeKeys)
-
-	// 1. Connections no longer wanted: unload, and end their SAs (unload-conn ends them only
-	// for connections with start_action start).
-	for _, name := range removeConns {
-		if err := d.unloadConn(ctx, name); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		d.mu.Lock()
-		delete(d.loadedConns, name)
-		d.mu.Unlock()
-	}
-	// 2. Keys no longer wanted.
-	for _, id := range removeKeys {
-		in := vici.NewMessage()
-		_ = in.Set("id", id)
-		if _, err := d.call(ctx, "unload-shared", in); err != nil {
-			errs = append(errs, fmt.Errorf("unloading pre-shared key %s: %w", id, err))
-			continue
-		}
-		d.mu.Lock()
-		delete(d.loadedKeys, id)
-		d.mu.Unlock()
-	}
-
-	// 3. New and changed keys, then new and changed connections, in the bundle's order.
-	for _, c := range cfg.Connections {
-		if _, ok := wantConns[c.Name]; !ok {
-			continue
-		}
-		keysOK := true
-		keyChanged := false
-		before := d.seenID()
-		for _, k := range keysByConn[c.Name] {
-			d.mu.Lock()
-			loaded := d.loadedKeys[k.key.ID]
-			d.mu.Unlock()
-			if loaded == k.fp {
-				continue
-			}
-			m, err := k.key.LoadSharedMessage(k.data)
-			if err == nil {
-				_, err = d.call(ctx, "load-shared", m)
-			}
-			if err != nil {
-				keysOK = false
-				errs = append(errs, fmt.Errorf("connection %s: loading pre-shared key %s (Secret %q key %q): %w", c.Name, k.key.ID, k.key.Secret.Name, k.key.Secret.Key, err))
-				continue
-			}
-			keyChanged = keyChanged || loaded != ""
-			d.mu.Lock()
-			d.loadedKeys[k.key.ID] = k.fp
-			d.mu.Unlock()
-		}
-		if !keysOK {
-			d.setLoadErr(c.Name, "pre-shared key could not be loaded")
-			continue
-		}
-		if keyChanged {
-			// A new key is a new chance: failures of the negotiations so far (with the old
-			// key) are no longer the state.
-			d.forgetFailures(c.Name, before)
-		}
-
-		fp, err := connFingerprint(c)
-		if err != nil {
-			errs = append(errs, err)
-			d.setLoadErr(c.Name, err.Error())
-			continue
-		}
-		d.mu.Lock()
-		loaded, wasLoaded := d.loadedConns[c.Name]
-		d.mu.Unlock()
-		if loaded == fp {
-			if keyChanged {
-				d.kick(ctx, c)
-			}
-			continue
-		}
-		before = d.seenID()
-		m, err := c.LoadConnMessage()
-		if err == nil {
-			_, err = d.call(ctx, "load-conn", m)
-		}
-		if err != nil {
-			err = fmt.Errorf("connection %s (peer %s): load-conn: %w", c.Name, c.Peer, err)
-			errs = append(errs, err)
-			d.setLoadErr(c.Name, err.Error())
-			continue
-		}
-		d.mu.Lock()
-		d.loadedConns[c.Name] = fp
-		delete(d.loadErrs, c.Name)
-		d.mu.Unlock()
-		d.forgetFailures(c.Name, before)
-		if wasLoaded {
-			d.log.Info("reloaded changed connection", "connection", c.Name, "peer", c.Peer)
-		} else {
-			d.log.Info("loaded connection", "connection", c.Name, "peer", c.Peer)
-		}
-		d.initiate(ctx, c)
-	}
-	d.signal()
-	return errors.Join(errs...)
 }
 
 // seenID is the highest IKE_SA unique id seen so far: taken before a connection or key is
