@@ -360,6 +360,14 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 	if err != nil {
 		return err
 	}
+	d.finishApply(ctx, want, &plan)
+	return nil
+}
+
+// finishApply completes an Apply that configured the device and its link: the device is
+// configured, the endpoint memory has served it, and the new peers that may still hold a
+// session with the previous device are sent a handshake.
+func (d *Driver) finishApply(ctx context.Context, want *desiredDevice, plan *devicePlan) {
 	d.configured = true
 	d.fresh = false
 	if plan.restored > 0 {
@@ -377,7 +385,6 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 	} else {
 		d.initiate(plan.initiate)
 	}
-	return nil
 }
 
 // desiredPeers fills want with the bundle's peers: their public keys and pre-shared keys read,
