@@ -122,8 +122,8 @@ func planApply(cfg *strongswan.Config, keysByConn map[string][]keyLoad, missing 
 		}
 		cp.fp, cp.fpErr = connFingerprint(c)
 		if cp.fpErr == nil {
-			loaded, was := conns[c.Name]
-			cp.load, cp.reload = loaded != cp.fp, was
+			loaded, held := conns[c.Name]
+			cp.load, cp.reload = loaded != cp.fp, held
 			conns[c.Name] = cp.fp
 		}
 		plan.conns = append(plan.conns, cp)
