@@ -6,17 +6,8 @@ import (
 	"testing"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
-
-// ikeID sets an IPsec peer's IKE identity.
-func ikeID(id string) peerOpt {
-	return func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = id }
-}
-
-// pskSecret names the Secret an IPsec peer's pre-shared key is in.
-func pskSecret(name string) peerOpt {
-	return func(p *vpnv1.VPNPeer) { p.Spec.IPsec.PSKSecretRef.Name = name }
-}
 
 // TestAuthorizeChainOrder walks the steps in order: peer "x" fails two of them and gets the
 // reason of the earlier one; what the later one finds about the tunnel still happens when the
@@ -34,7 +25,7 @@ func TestAuthorizeChainOrder(t *testing.T) {
 		p.Spec.WireGuard = &vpnv1.WireGuardPeer{PublicKey: testWGKey, Subnets: []string{"10.21.0.0/16"}}
 		return p
 	}
-	older := ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), ikeID("same.example.com"), age(1))
+	older := ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("same.example.com"), age(1))
 
 	tests := []struct {
 		name     string
@@ -46,41 +37,41 @@ func TestAuthorizeChainOrder(t *testing.T) {
 	}{
 		{
 			name:     "1 protocol before 2 grants",
-			peers:    []vpnv1.VPNPeer{both(ipsecPeer("x", []string{"10.30.0.0/16"}, grants([]string{"nope"}, nil)))},
+			peers:    []vpnv1.VPNPeer{both(ipsecPeer("x", []string{"10.30.0.0/16"}, gen.Grants("nope")))},
 			reason:   ReasonProtocolMismatch,
 			withheld: []string{"10.30.0.0/16"},
 		},
 		{
 			name:     "1 protocol before 3 identity: no identity is taken",
-			peers:    []vpnv1.VPNPeer{both(ipsecPeer("x", []string{"10.30.0.0/16"}, ikeID("%any")))},
+			peers:    []vpnv1.VPNPeer{both(ipsecPeer("x", []string{"10.30.0.0/16"}, gen.RemoteID("%any")))},
 			reason:   ReasonProtocolMismatch,
 			withheld: []string{"10.30.0.0/16"},
 		},
 		{
 			name: "1 protocol before 5 older subnets: no overlap is reported",
 			peers: []vpnv1.VPNPeer{older,
-				both(ipsecPeer("x", []string{"10.20.1.0/24"}, grants([]string{"metrics"}, nil), age(2)))},
+				both(ipsecPeer("x", []string{"10.20.1.0/24"}, gen.Grants("metrics"), age(2)))},
 			reason:   ReasonProtocolMismatch,
 			withheld: []string{"10.20.1.0/24"},
 		},
 		{
 			name: "2 grants is no refusal: a later refusal names the reason",
 			peers: []vpnv1.VPNPeer{older,
-				ipsecPeer("x", []string{"10.30.0.0/16"}, ikeID("same.example.com"), age(2))},
+				ipsecPeer("x", []string{"10.30.0.0/16"}, gen.RemoteID("same.example.com"), age(2))},
 			reason:   ReasonDuplicateIdentity,
 			problems: []string{ReasonIdentityConflict},
 			withheld: []string{"10.30.0.0/16"},
 		},
 		{
 			name:     "3 invalid identity before 3 credentials",
-			peers:    []vpnv1.VPNPeer{ipsecPeer("x", []string{"10.30.0.0/16"}, ikeID("%any"), pskSecret("tls"))},
+			peers:    []vpnv1.VPNPeer{ipsecPeer("x", []string{"10.30.0.0/16"}, gen.RemoteID("%any"), gen.PSKSecretRef("tls", gen.PSKKey))},
 			reason:   ReasonInvalidIdentity,
 			withheld: []string{"10.30.0.0/16"},
 		},
 		{
 			name: "3 duplicate identity before 3 credentials",
 			peers: []vpnv1.VPNPeer{older,
-				ipsecPeer("x", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), ikeID("same.example.com"), pskSecret("tls"), age(2))},
+				ipsecPeer("x", []string{"10.30.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("same.example.com"), gen.PSKSecretRef("tls", gen.PSKKey), age(2))},
 			reason:   ReasonDuplicateIdentity,
 			problems: []string{ReasonIdentityConflict},
 			withheld: []string{"10.30.0.0/16"},
@@ -88,7 +79,7 @@ func TestAuthorizeChainOrder(t *testing.T) {
 		{
 			name: "3 the gateway's own identity before 4 reserved ranges",
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("x", []string{"100.64.3.0/25"}, ikeID("gw.example.com"))},
+				ipsecPeer("x", []string{"100.64.3.0/25"}, gen.RemoteID("gw.example.com"))},
 			reason:   ReasonDuplicateIdentity,
 			problems: []string{ReasonIdentityConflict},
 			withheld: []string{"100.64.3.0/25"},
@@ -96,28 +87,28 @@ func TestAuthorizeChainOrder(t *testing.T) {
 		{
 			name: "3 duplicate identity before 5 older subnets: no overlap is reported",
 			peers: []vpnv1.VPNPeer{older,
-				ipsecPeer("x", []string{"10.20.1.0/24"}, grants([]string{"metrics"}, nil), ikeID("same.example.com"), age(2))},
+				ipsecPeer("x", []string{"10.20.1.0/24"}, gen.Grants("metrics"), gen.RemoteID("same.example.com"), age(2))},
 			reason:   ReasonDuplicateIdentity,
 			problems: []string{ReasonIdentityConflict},
 			withheld: []string{"10.20.1.0/24"},
 		},
 		{
 			name:     "3 credentials before 4 reserved ranges",
-			peers:    []vpnv1.VPNPeer{ipsecPeer("x", []string{"10.244.1.0/24"}, pskSecret("tls"))},
+			peers:    []vpnv1.VPNPeer{ipsecPeer("x", []string{"10.244.1.0/24"}, gen.PSKSecretRef("tls", gen.PSKKey))},
 			reason:   ReasonCredentialsRefused,
 			withheld: []string{"10.244.1.0/24"},
 		},
 		{
 			name: "3 credentials before 5 older subnets: no overlap is reported",
 			peers: []vpnv1.VPNPeer{older,
-				ipsecPeer("x", []string{"10.20.1.0/24"}, grants([]string{"metrics"}, nil), pskSecret("tls"), age(2))},
+				ipsecPeer("x", []string{"10.20.1.0/24"}, gen.Grants("metrics"), gen.PSKSecretRef("tls", gen.PSKKey), age(2))},
 			reason:   ReasonCredentialsRefused,
 			withheld: []string{"10.20.1.0/24"},
 		},
 		{
 			name: "4 reserved ranges before 5 older subnets: the overlap is still withheld and reported",
 			peers: []vpnv1.VPNPeer{older,
-				ipsecPeer("x", []string{"10.20.1.0/24", "100.64.3.0/25", "172.16.0.0/24"}, grants([]string{"metrics"}, nil), age(2))},
+				ipsecPeer("x", []string{"10.20.1.0/24", "100.64.3.0/25", "172.16.0.0/24"}, gen.Grants("metrics"), age(2))},
 			reason:   ReasonSubnetOverlapsServiceCIDR,
 			problems: []string{ReasonSubnetOverlap},
 			tunnel:   []string{"172.16.0.0/24"},
@@ -133,7 +124,7 @@ func TestAuthorizeChainOrder(t *testing.T) {
 		{
 			name: "5 older subnets before 6 reverse targets",
 			peers: []vpnv1.VPNPeer{older,
-				ipsecPeer("x", []string{"10.20.1.0/24", "10.30.0.0/16"}, grants(nil, []string{"acme-erp"}), age(2))},
+				ipsecPeer("x", []string{"10.20.1.0/24", "10.30.0.0/16"}, gen.ReverseGrants("acme-erp"), age(2))},
 			reason:   ReasonSubnetConflict,
 			problems: []string{ReasonSubnetOverlap},
 			tunnel:   []string{"10.30.0.0/16"},

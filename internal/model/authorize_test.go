@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 type wantDecision struct {
@@ -48,19 +49,19 @@ func TestAuthorize(t *testing.T) {
 		{
 			name:  "single peer with empty block: no grants",
 			gw:    ipsecGW,
-			peers: []vpnv1.VPNPeer{ipsecPeer("a", []string{"10.20.0.0/16"}, grants(nil, nil))},
+			peers: []vpnv1.VPNPeer{ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants())},
 			want:  map[string]wantDecision{"a": {false, ReasonNoGrants, MessageEmptyBlock}},
 		},
 		{
 			name:  "single peer with empty lists (not nil): no grants",
 			gw:    ipsecGW,
-			peers: []vpnv1.VPNPeer{ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{}, []string{}))},
+			peers: []vpnv1.VPNPeer{ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Authorization(&vpnv1.Authorization{Exposures: []string{}, ReverseExposures: []string{}}))},
 			want:  map[string]wantDecision{"a": {false, ReasonNoGrants, MessageEmptyBlock}},
 		},
 		{
 			name:  "single peer with explicit block: authorized as written",
 			gw:    ipsecGW,
-			peers: []vpnv1.VPNPeer{ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil))},
+			peers: []vpnv1.VPNPeer{ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"))},
 			want: map[string]wantDecision{"a": {true, ReasonAuthorized,
 				`granted exposures: "metrics"; reverse exposures: none`}},
 		},
@@ -80,9 +81,9 @@ func TestAuthorize(t *testing.T) {
 			name: "multi-peer: block grants, missing block and empty block",
 			gw:   ipsecGW,
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics", "internal-api", "metrics"}, []string{"acme-erp"})),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics", "internal-api", "metrics"), gen.ReverseGrants("acme-erp")),
 				ipsecPeer("b", []string{"10.30.0.0/16"}),
-				ipsecPeer("c", []string{"10.40.0.0/16"}, grants(nil, nil)),
+				ipsecPeer("c", []string{"10.40.0.0/16"}, gen.Grants()),
 			},
 			want: map[string]wantDecision{
 				"a": {true, ReasonAuthorized, `granted exposures: "internal-api", "metrics"; reverse exposures: "acme-erp"`},
@@ -94,7 +95,7 @@ func TestAuthorize(t *testing.T) {
 			name: "unknown grants are listed sorted with their kind",
 			gw:   ipsecGW,
 			peers: []vpnv1.VPNPeer{ipsecPeer("a", []string{"10.20.0.0/16"},
-				grants([]string{"zeta", "metrics", "acme-erp"}, []string{"ghost", "acme-erp", "internal-api"}))},
+				gen.Grants("zeta", "metrics", "acme-erp"), gen.ReverseGrants("ghost", "acme-erp", "internal-api"))},
 			want: map[string]wantDecision{"a": {false, ReasonUnknownGrant,
 				`authorization names what gateway "gw" does not have: exposure "acme-erp", exposure "zeta", reverse exposure "ghost", reverse exposure "internal-api"`}},
 		},
@@ -102,8 +103,8 @@ func TestAuthorize(t *testing.T) {
 			name: "unknown grant on a multi-peer gateway",
 			gw:   ipsecGW,
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"internal-api"}, nil)),
-				ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"internal-apl"}, nil)),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("internal-api")),
+				ipsecPeer("b", []string{"10.30.0.0/16"}, gen.Grants("internal-apl")),
 			},
 			want: map[string]wantDecision{
 				"a": {true, ReasonAuthorized, ""},
@@ -120,7 +121,7 @@ func TestAuthorize(t *testing.T) {
 		{
 			name:  "protocol mismatch: ipsec peer on wireguard gateway, checked before grants",
 			gw:    wgGW,
-			peers: []vpnv1.VPNPeer{ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"nope"}, nil))},
+			peers: []vpnv1.VPNPeer{ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("nope"))},
 			want: map[string]wantDecision{"a": {false, ReasonProtocolMismatch,
 				`peer has protocol ipsec but gateway "gw" uses protocol wireguard`}},
 		},
@@ -129,12 +130,12 @@ func TestAuthorize(t *testing.T) {
 			gw:   ipsecGW,
 			peers: []vpnv1.VPNPeer{
 				func() vpnv1.VPNPeer {
-					p := ipsecPeer("both", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil))
+					p := ipsecPeer("both", []string{"10.20.0.0/16"}, gen.Grants("metrics"))
 					p.Spec.WireGuard = &vpnv1.WireGuardPeer{PublicKey: testWGKey, Subnets: []string{"10.21.0.0/16"}}
 					return p
 				}(),
 				func() vpnv1.VPNPeer {
-					p := ipsecPeer("neither", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil))
+					p := ipsecPeer("neither", []string{"10.30.0.0/16"}, gen.Grants("metrics"))
 					p.Spec.IPsec = nil
 					return p
 				}(),
@@ -160,8 +161,8 @@ func TestAuthorize(t *testing.T) {
 			name: "subnet conflict: the younger peer is dark",
 			gw:   noRevGW,
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("b", []string{"10.20.1.0/24", "172.16.0.0/24"}, grants([]string{"metrics"}, nil), age(5)),
-				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(1)),
+				ipsecPeer("b", []string{"10.20.1.0/24", "172.16.0.0/24"}, gen.Grants("metrics"), age(5)),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"), age(1)),
 			},
 			want: map[string]wantDecision{
 				"a": {true, ReasonAuthorized, ""},
@@ -174,8 +175,8 @@ func TestAuthorize(t *testing.T) {
 			name: "subnet conflict: same creation time, the later name is younger",
 			gw:   noRevGW,
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("y", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(0)),
-				ipsecPeer("x", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(0)),
+				ipsecPeer("y", []string{"10.20.0.0/16"}, gen.Grants("metrics"), age(0)),
+				ipsecPeer("x", []string{"10.20.0.0/16"}, gen.Grants("metrics"), age(0)),
 			},
 			want: map[string]wantDecision{
 				"x": {true, ReasonAuthorized, ""},
@@ -189,7 +190,7 @@ func TestAuthorize(t *testing.T) {
 			gw:   noRevGW,
 			peers: []vpnv1.VPNPeer{
 				ipsecPeer("a", []string{"10.0.0.0/8"}, age(1)),
-				ipsecPeer("b", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(2)),
+				ipsecPeer("b", []string{"10.20.0.0/16"}, gen.Grants("metrics"), age(2)),
 			},
 			want: map[string]wantDecision{
 				"a": {false, ReasonNoGrants, MessageNoBlockMultiPeer},
@@ -202,8 +203,8 @@ func TestAuthorize(t *testing.T) {
 			name: "subnet conflict: a dark younger peer is SubnetConflict too (it gets no tunnel for the overlap)",
 			gw:   noRevGW,
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(1)),
-				ipsecPeer("b", []string{"10.20.0.0/24"}, grants([]string{"nope"}, nil), age(2)),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"), age(1)),
+				ipsecPeer("b", []string{"10.20.0.0/24"}, gen.Grants("nope"), age(2)),
 			},
 			want: map[string]wantDecision{
 				"a": {true, ReasonAuthorized, ""},
@@ -216,9 +217,9 @@ func TestAuthorize(t *testing.T) {
 			name: "subnet conflict with two older peers names both",
 			gw:   noRevGW,
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(1)),
-				ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), age(2)),
-				ipsecPeer("c", []string{"10.0.0.0/8"}, grants([]string{"metrics"}, nil), age(3)),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"), age(1)),
+				ipsecPeer("b", []string{"10.30.0.0/16"}, gen.Grants("metrics"), age(2)),
+				ipsecPeer("c", []string{"10.0.0.0/8"}, gen.Grants("metrics"), age(3)),
 			},
 			want: map[string]wantDecision{
 				"a": {true, ReasonAuthorized, ""},
@@ -235,8 +236,8 @@ func TestAuthorize(t *testing.T) {
 			name: "reverse exposure granted to a second, disjoint peer",
 			gw:   ipsecGW,
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("a", []string{"10.20.0.0/16"}, grants(nil, []string{"acme-erp"}), age(1)),
-				ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, []string{"acme-erp"}), age(2)),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.ReverseGrants("acme-erp"), age(1)),
+				ipsecPeer("b", []string{"10.30.0.0/16"}, gen.Grants("metrics"), gen.ReverseGrants("acme-erp"), age(2)),
 			},
 			want: map[string]wantDecision{
 				"a": {true, ReasonAuthorized, `granted exposures: none; reverse exposures: "acme-erp"`},
@@ -250,8 +251,8 @@ func TestAuthorize(t *testing.T) {
 			name: "reverse exposure granted only to a peer that does not contain it",
 			gw:   ipsecGW,
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil)),
-				ipsecPeer("b", []string{"10.30.0.0/16", "10.40.0.0/16"}, grants(nil, []string{"acme-erp"})),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics")),
+				ipsecPeer("b", []string{"10.30.0.0/16", "10.40.0.0/16"}, gen.ReverseGrants("acme-erp")),
 			},
 			want: map[string]wantDecision{
 				"a": {true, ReasonAuthorized, ""},
@@ -274,8 +275,8 @@ func TestAuthorize(t *testing.T) {
 			name: "subnet conflict is decided before the reverse-exposure check",
 			gw:   ipsecGW,
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("a", []string{"10.20.0.0/16"}, grants(nil, []string{"acme-erp"}), age(1)),
-				ipsecPeer("b", []string{"10.20.0.0/24"}, grants(nil, []string{"acme-erp"}), age(2)),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.ReverseGrants("acme-erp"), age(1)),
+				ipsecPeer("b", []string{"10.20.0.0/24"}, gen.ReverseGrants("acme-erp"), age(2)),
 			},
 			want: map[string]wantDecision{
 				"a": {true, ReasonAuthorized, ""},
@@ -339,7 +340,7 @@ func TestAuthorize(t *testing.T) {
 func TestAuthorizeFlipsWithPeerCount(t *testing.T) {
 	gw := testGateway(vpnv1.ProtocolIPsec)
 	a := ipsecPeer("a", []string{"10.20.0.0/16"}, age(1))
-	b := ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), age(2))
+	b := ipsecPeer("b", []string{"10.30.0.0/16"}, gen.Grants("metrics"), age(2))
 
 	steps := []struct {
 		peers []vpnv1.VPNPeer

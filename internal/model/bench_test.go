@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 // BenchmarkBuild10kPeers: the whole model build with authorization for one gateway with
@@ -25,9 +26,9 @@ func BenchmarkBuild10kPeers(b *testing.B) {
 		if i%10 == 9 { // a /27 over itself and its older neighbour
 			subnets = []string{netip.PrefixFrom(a, 27).Masked().String()}
 		}
-		var opts []peerOpt
+		var opts []gen.PeerMod
 		if i%2 == 0 {
-			opts = append(opts, grants([]string{"internal-api"}, nil))
+			opts = append(opts, gen.Grants("internal-api"))
 		}
 		p := ipsecPeer(fmt.Sprintf("p%05d", i), subnets, opts...)
 		p.CreationTimestamp = metav1.NewTime(t0.Add(time.Duration(i) * time.Second))

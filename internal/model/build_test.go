@@ -14,12 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 func TestBuildIPsec(t *testing.T) {
 	in := testInput(
-		ipsecPeer("b", []string{"10.30.0.0/16", "10.29.0.0/16"}, grants([]string{"metrics"}, nil), age(2)),
-		ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"internal-api", "metrics"}, []string{"acme-erp"}), age(1)),
+		ipsecPeer("b", []string{"10.30.0.0/16", "10.29.0.0/16"}, gen.Grants("metrics"), age(2)),
+		ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("internal-api", "metrics"), gen.ReverseGrants("acme-erp"), age(1)),
 	)
 	in.PublicAddress = "198.51.100.7"
 	// a keeps the virtual IP it had; metrics asks for a fixed one.
@@ -121,10 +122,9 @@ func TestBuildServiceEndpointTarget(t *testing.T) {
 }
 
 func TestBuildIPsecSettings(t *testing.T) {
-	in := testInput(ipsecPeer("a", []string{"10.20.0.0/16"}, func(p *vpnv1.VPNPeer) {
-		p.Spec.IPsec.Peer.ID = "acme-hq.example.com"
+	in := testInput(ipsecPeer("a", []string{"10.20.0.0/16"}, gen.RemoteID("acme-hq.example.com"), gen.PeerFunc(func(p *vpnv1.VPNPeer) {
 		p.Spec.IPsec.ESP = vpnv1.ESPSettings{Proposals: []string{"aes128gcm16"}, RekeyTime: &metav1.Duration{Duration: 20 * time.Minute}}
-	}))
+	})))
 	in.Gateway.Spec.IPsec = &vpnv1.IPsecGatewaySettings{
 		LocalID: "gw.example.net",
 		IKE: vpnv1.IKESettings{
@@ -162,12 +162,8 @@ func TestBuildIPsecSettings(t *testing.T) {
 }
 
 func TestBuildWireGuard(t *testing.T) {
-	keepalive := int32(25)
-	in := testInput(wgPeer("a", []string{"10.20.0.0/16"}, func(p *vpnv1.VPNPeer) {
-		p.Spec.WireGuard.Endpoint = "peer.example.com:51820"
-		p.Spec.WireGuard.PresharedKeySecretRef = &vpnv1.SecretKeyRef{Name: "a-psk", Key: "psk"}
-		p.Spec.WireGuard.PersistentKeepalive = &keepalive
-	}))
+	in := testInput(wgPeer("a", []string{"10.20.0.0/16"}, gen.WireGuardEndpoint("peer.example.com:51820"),
+		gen.PresharedKeySecretRef("a-psk", "psk"), gen.PersistentKeepalive(25)))
 	in.Gateway = testGateway(vpnv1.ProtocolWireGuard)
 	in.Gateway.Spec.Endpoint = vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.8"}}
 	gw, errs := Build(in)
@@ -227,8 +223,8 @@ func TestBuildProblems(t *testing.T) {
 	// Reverse exposure granted to a second, disjoint peer: the first keeps its grant and is
 	// the grantee, the second is dark, and the gateway problem names both.
 	in := testInput(
-		ipsecPeer("a", []string{"10.20.0.0/16"}, grants(nil, []string{"acme-erp"}), age(1)),
-		ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, []string{"acme-erp"}), age(2)),
+		ipsecPeer("a", []string{"10.20.0.0/16"}, gen.ReverseGrants("acme-erp"), age(1)),
+		ipsecPeer("b", []string{"10.30.0.0/16"}, gen.Grants("metrics"), gen.ReverseGrants("acme-erp"), age(2)),
 	)
 	in.Config.InternalSourceCIDRs = nil
 	gw, errs := Build(in)
@@ -379,12 +375,8 @@ func TestBuildErrors(t *testing.T) {
 		}, []wantErr{{ReasonInvalidSpec, "peers[a].spec.ipsec.pskSecretRef.name"}, {ReasonInvalidSpec, "peers[a].spec.ipsec.pskSecretRef.key"},
 			{ReasonInvalidSpec, "peers[a].spec.ipsec.peer.address"}}},
 		{"bad wireguard peer", func(in *Input) {
-			k := int32(-1)
 			in.Gateway.Spec.Protocol = vpnv1.ProtocolWireGuard
-			in.Peers = []vpnv1.VPNPeer{wgPeer("w", []string{"10.20.0.0/16", "fd00::/64"}, func(p *vpnv1.VPNPeer) {
-				p.Spec.WireGuard.PublicKey = "short"
-				p.Spec.WireGuard.PersistentKeepalive = &k
-			})}
+			in.Peers = []vpnv1.VPNPeer{wgPeer("w", []string{"10.20.0.0/16", "fd00::/64"}, gen.WireGuardPeer("short"), gen.PersistentKeepalive(-1))}
 		}, []wantErr{{ReasonInvalidSpec, "peers[w].spec.wireguard.publicKey"}, {ReasonInvalidSpec, "peers[w].spec.wireguard.persistentKeepalive"},
 			{ReasonInvalidSpec, "peers[w].spec.wireguard.subnets[1]"}}},
 		{"duplicate peer names", func(in *Input) { in.Peers = append(in.Peers, in.Peers[0]) },
@@ -404,8 +396,8 @@ func TestBuildErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := testInput(
-				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, []string{"acme-erp"}), age(1)),
-				ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"internal-api"}, nil), age(2)),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"), gen.ReverseGrants("acme-erp"), age(1)),
+				ipsecPeer("b", []string{"10.30.0.0/16"}, gen.Grants("internal-api"), age(2)),
 			)
 			tt.mutate(&in)
 			gw, errs := Build(in)
@@ -436,12 +428,12 @@ func TestBuildErrors(t *testing.T) {
 // Same input with the peers shuffled gives the identical model.
 func TestBuildDeterministic(t *testing.T) {
 	in := testInput(
-		ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, []string{"acme-erp"}), age(3)),
-		ipsecPeer("b", []string{"10.30.0.0/16", "10.31.0.0/16"}, grants([]string{"internal-api", "metrics"}, nil), age(1)),
-		ipsecPeer("c", []string{"10.20.5.0/24"}, grants([]string{"metrics"}, nil), age(2)), // overlaps a, older
-		ipsecPeer("d", []string{"10.40.0.0/16"}, grants(nil, []string{"acme-erp"}), age(4)),
+		ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"), gen.ReverseGrants("acme-erp"), age(3)),
+		ipsecPeer("b", []string{"10.30.0.0/16", "10.31.0.0/16"}, gen.Grants("internal-api", "metrics"), age(1)),
+		ipsecPeer("c", []string{"10.20.5.0/24"}, gen.Grants("metrics"), age(2)), // overlaps a, older
+		ipsecPeer("d", []string{"10.40.0.0/16"}, gen.ReverseGrants("acme-erp"), age(4)),
 		ipsecPeer("e", []string{"10.50.0.0/16"}),
-		ipsecPeer("f", []string{"10.60.0.0/16"}, grants([]string{"ghost"}, nil)),
+		ipsecPeer("f", []string{"10.60.0.0/16"}, gen.Grants("ghost")),
 		wgPeer("g", []string{"10.70.0.0/16"}),
 	)
 	in.Gateway.Spec.Endpoint = vpnv1.Endpoint{LoadBalancer: &vpnv1.LoadBalancerEndpoint{

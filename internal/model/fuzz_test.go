@@ -72,7 +72,7 @@ func fuzzGateway(data []byte) (*vpnv1.VPNGateway, []vpnv1.VPNPeer) {
 		default:
 			p = wgPeer(name, subnets)
 		}
-		age(b.pick(4))(&p)
+		age(b.pick(4))(&p.ObjectMeta)
 		switch b.pick(4) {
 		case 0: // no block
 		case 1:

@@ -1,17 +1,15 @@
 package model
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
 	"net/netip"
 	"slices"
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -21,77 +19,32 @@ const testWGKey = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
 // testGateway is a gateway with two exposures (an address and a Service) and one reverse
 // exposure whose target 10.20.0.5 lies in 10.20.0.0/16.
 func testGateway(proto vpnv1.Protocol) *vpnv1.VPNGateway {
-	return &vpnv1.VPNGateway{
-		ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "tenant", UID: "gw-uid", Generation: 3},
-		Spec: vpnv1.VPNGatewaySpec{
-			Protocol: proto,
-			Endpoint: vpnv1.Endpoint{FloatingIPPool: "public"},
-			Exposures: []vpnv1.Exposure{
-				{Name: "internal-api", Target: vpnv1.ExposureTarget{Address: "100.70.7.10", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}},
-				{Name: "metrics", Target: vpnv1.ExposureTarget{
-					Service: &vpnv1.ServiceRef{Name: "metrics"},
-					Ports:   vpnv1.Ports(vpnv1.PortSpec{Port: 9090, Protocol: vpnv1.PortProtocolUDP, TargetPort: 19090}),
-				}},
-			},
-			ReverseExposures: []vpnv1.ReverseExposure{
-				{Name: "acme-erp", Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 1433})}},
-			},
-		},
-	}
+	return gen.VPNGateway("tenant", "gw", gen.UID("gw-uid"), gen.Generation(3), gen.Protocol(proto),
+		gen.FloatingIPPool("public"),
+		gen.Exposure("internal-api", "100.70.7.10", gen.Port(443)),
+		gen.ServiceExposure("metrics", "metrics", vpnv1.PortSpec{Port: 9090, Protocol: vpnv1.PortProtocolUDP, TargetPort: 19090}),
+		gen.ReverseExposure("acme-erp", "10.20.0.5", gen.Port(1433)))
 }
 
-// testPeerKey is a distinct, valid WireGuard public key per peer name.
-func testPeerKey(name string) string {
-	sum := sha256.Sum256([]byte(name))
-	return base64.StdEncoding.EncodeToString(sum[:])
-}
-
-type peerOpt func(*vpnv1.VPNPeer)
-
-// grants gives the peer an authorization block (present, possibly empty).
-func grants(exposures, reverse []string) peerOpt {
-	return func(p *vpnv1.VPNPeer) {
-		p.Spec.Authorization = &vpnv1.Authorization{Exposures: exposures, ReverseExposures: reverse}
-	}
-}
+// testPeerKey is the WireGuard public key wgPeer gives the peer name: valid, distinct per name.
+func testPeerKey(name string) string { return gen.WireGuardKey(name) }
 
 // age sets the creation time to t0 plus minutes.
-func age(minutes int) peerOpt {
-	return func(p *vpnv1.VPNPeer) {
-		p.CreationTimestamp = metav1.NewTime(t0.Add(time.Duration(minutes) * time.Minute))
-	}
+func age(minutes int) gen.MetaMod {
+	return gen.CreatedAt(t0.Add(time.Duration(minutes) * time.Minute))
 }
 
-func ipsecPeer(name string, subnets []string, opts ...peerOpt) vpnv1.VPNPeer {
-	p := vpnv1.VPNPeer{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "tenant", UID: types.UID(name + "-uid"), Generation: 1},
-		Spec: vpnv1.VPNPeerSpec{
-			GatewayRef: "gw",
-			IPsec: &vpnv1.IPsecPeer{
-				Peer:          vpnv1.IPsecRemote{Address: "203.0.113.9", ID: name + ".example.com"},
-				RemoteSubnets: subnets,
-				PSKSecretRef:  vpnv1.SecretKeyRef{Name: name + "-psk", Key: "psk"},
-			},
-		},
-	}
-	for _, o := range opts {
-		o(&p)
-	}
-	return p
+// ipsecPeer is the API's peer name of gateway tenant/gw (gen.VPNPeer's defaults) with the
+// given subnets, as the model receives it: with a UID and generation.
+func ipsecPeer(name string, subnets []string, opts ...gen.PeerMod) vpnv1.VPNPeer {
+	return *gen.VPNPeer("tenant", name, append([]gen.PeerMod{
+		gen.UID(types.UID(name + "-uid")), gen.Generation(1), gen.RemoteSubnets(subnets...),
+	}, opts...)...)
 }
 
-func wgPeer(name string, subnets []string, opts ...peerOpt) vpnv1.VPNPeer {
-	p := vpnv1.VPNPeer{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "tenant", UID: types.UID(name + "-uid"), Generation: 1},
-		Spec: vpnv1.VPNPeerSpec{
-			GatewayRef: "gw",
-			WireGuard:  &vpnv1.WireGuardPeer{PublicKey: testPeerKey(name), Subnets: subnets},
-		},
-	}
-	for _, o := range opts {
-		o(&p)
-	}
-	return p
+// wgPeer is ipsecPeer as a WireGuard peer with the key testPeerKey(name).
+func wgPeer(name string, subnets []string, opts ...gen.PeerMod) vpnv1.VPNPeer {
+	return ipsecPeer(name, subnets, append([]gen.PeerMod{gen.WireGuardPeer(testPeerKey(name))}, opts...)...)
 }
 
 // testInput is a valid ipsec input with the given peers.

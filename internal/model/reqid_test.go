@@ -2,6 +2,8 @@ package model
 
 import (
 	"testing"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 // Reqids are the same on every build, in range, distinct per gateway, and a clash is resolved
@@ -9,8 +11,8 @@ import (
 func TestReqidsStableAndUnique(t *testing.T) {
 	input := func() Input {
 		return testInput(
-			ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), age(2)),
-			ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(1)),
+			ipsecPeer("b", []string{"10.30.0.0/16"}, gen.Grants("metrics"), age(2)),
+			ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"), age(1)),
 		)
 	}
 	first, errs := Build(input())

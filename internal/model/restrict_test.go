@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 // A gateway whose configuration turned invalid keeps its last good model only as far as the
@@ -18,8 +19,8 @@ func TestRestrictAppliesEveryRevocation(t *testing.T) {
 	// The last good model: two peers, a granted everything, b only internal-api.
 	goodInput := func() Input {
 		return testInput(
-			ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"internal-api", "metrics"}, []string{"acme-erp"})),
-			ipsecPeer("b", []string{"10.30.0.0/16", "10.31.0.0/16"}, grants([]string{"internal-api"}, nil)),
+			ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("internal-api", "metrics"), gen.ReverseGrants("acme-erp")),
+			ipsecPeer("b", []string{"10.30.0.0/16", "10.31.0.0/16"}, gen.Grants("internal-api")),
 		)
 	}
 	last, errs := Build(goodInput())
@@ -116,7 +117,7 @@ func TestRestrictAppliesEveryRevocation(t *testing.T) {
 				}
 			}, ""},
 		{"a peer added is not added", func(in *Input) {
-			in.Peers = append(in.Peers, ipsecPeer("c", []string{"10.40.0.0/16"}, grants([]string{"internal-api"}, nil)))
+			in.Peers = append(in.Peers, ipsecPeer("c", []string{"10.40.0.0/16"}, gen.Grants("internal-api")))
 		},
 			func(t *testing.T, got *Gateway) {
 				if peer(got, "c") != nil {

@@ -9,18 +9,11 @@ import (
 	"testing"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 // The rules of docs/design.md "Security model" that the model decides: one source one tunnel, a PSK
 // proves one identity, nothing reaches what the cluster did not offer.
-
-func withID(id string) peerOpt {
-	return func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.ID = id }
-}
-
-func withAddress(a string) peerOpt {
-	return func(p *vpnv1.VPNPeer) { p.Spec.IPsec.Peer.Address = a }
-}
 
 func TestAuthorizeIdentities(t *testing.T) {
 	ipsecGW := testGateway(vpnv1.ProtocolIPsec)
@@ -40,8 +33,8 @@ func TestAuthorizeIdentities(t *testing.T) {
 			name: "same remote ID: the younger gets no tunnel",
 			gw:   ipsecGW,
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), withID("site.example.com"), age(1)),
-				ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), withID("site.example.com"), age(2)),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("site.example.com"), age(1)),
+				ipsecPeer("b", []string{"10.30.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("site.example.com"), age(2)),
 			},
 			want: map[string]wantDecision{
 				"a": {true, ReasonAuthorized, ""},
@@ -54,8 +47,8 @@ func TestAuthorizeIdentities(t *testing.T) {
 			name: "IDs equal as strongSwan compares them (case, leading @) are the same identity",
 			gw:   ipsecGW,
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), withID("Site.Example.com"), age(1)),
-				ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), withID("@site.example.COM"), age(2)),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("Site.Example.com"), age(1)),
+				ipsecPeer("b", []string{"10.30.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("@site.example.COM"), age(2)),
 			},
 			want: map[string]wantDecision{
 				"a": {true, ReasonAuthorized, ""},
@@ -67,12 +60,12 @@ func TestAuthorizeIdentities(t *testing.T) {
 			name: "a dark peer cannot take a victim's identity through a type prefix",
 			gw:   ipsecGW,
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("victim", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), withID("victim2.example.com"), age(1)),
-				ipsecPeer("dark", []string{"10.30.0.0/16"}, grants(nil, nil), withID("fqdn:victim2.example.com"), age(2)),
-				ipsecPeer("mail", []string{"10.40.0.0/16"}, grants([]string{"metrics"}, nil), withID("ops@example.com"), age(3)),
-				ipsecPeer("mail-alias", []string{"10.50.0.0/16"}, grants(nil, nil), withID("rfc822:OPS@example.com"), age(4)),
-				ipsecPeer("dn", []string{"10.60.0.0/16"}, grants([]string{"metrics"}, nil), withID("C=CH, O=Acme, CN=site"), age(5)),
-				ipsecPeer("dn-alias", []string{"10.70.0.0/16"}, grants(nil, nil), withID("/c=ch/o=ACME/cn=Site"), age(6)),
+				ipsecPeer("victim", []string{"10.20.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("victim2.example.com"), age(1)),
+				ipsecPeer("dark", []string{"10.30.0.0/16"}, gen.Grants(), gen.RemoteID("fqdn:victim2.example.com"), age(2)),
+				ipsecPeer("mail", []string{"10.40.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("ops@example.com"), age(3)),
+				ipsecPeer("mail-alias", []string{"10.50.0.0/16"}, gen.Grants(), gen.RemoteID("rfc822:OPS@example.com"), age(4)),
+				ipsecPeer("dn", []string{"10.60.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("C=CH, O=Acme, CN=site"), age(5)),
+				ipsecPeer("dn-alias", []string{"10.70.0.0/16"}, gen.Grants(), gen.RemoteID("/c=ch/o=ACME/cn=Site"), age(6)),
 			},
 			want: map[string]wantDecision{
 				"victim":     {true, ReasonAuthorized, ""},
@@ -89,11 +82,11 @@ func TestAuthorizeIdentities(t *testing.T) {
 			gw:      ipsecGW,
 			localID: "192.0.2.1",
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("own", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), withID("ipv4:192.0.2.1"), age(1)),
-				ipsecPeer("net", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), withID("ipv4net:198.51.100.0/24"), age(2)),
-				ipsecPeer("plain-net", []string{"10.40.0.0/16"}, grants([]string{"metrics"}, nil), withID("198.51.100.0/24"), age(3)),
-				ipsecPeer("range", []string{"10.50.0.0/16"}, grants([]string{"metrics"}, nil), withID("192.0.2.10-192.0.2.20"), age(4)),
-				ipsecPeer("keyid", []string{"10.60.0.0/16"}, grants([]string{"metrics"}, nil), withID("keyid:0a0b0c"), age(5)),
+				ipsecPeer("own", []string{"10.20.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("ipv4:192.0.2.1"), age(1)),
+				ipsecPeer("net", []string{"10.30.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("ipv4net:198.51.100.0/24"), age(2)),
+				ipsecPeer("plain-net", []string{"10.40.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("198.51.100.0/24"), age(3)),
+				ipsecPeer("range", []string{"10.50.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("192.0.2.10-192.0.2.20"), age(4)),
+				ipsecPeer("keyid", []string{"10.60.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("keyid:0a0b0c"), age(5)),
 			},
 			want: map[string]wantDecision{
 				"own":       {false, ReasonInvalidIdentity, `IKE identity "ipv4:192.0.2.1" the ipv4: prefix makes strongSwan keep the text as the address, which no site's identity equals: write the address without a prefix; a pre-shared key must prove exactly one identity`},
@@ -109,7 +102,7 @@ func TestAuthorizeIdentities(t *testing.T) {
 			gw:      ipsecGW,
 			localID: "vpn.example.net",
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), withID("dns:VPN.example.net"), age(1)),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"), gen.RemoteID("dns:VPN.example.net"), age(1)),
 			},
 			want:    map[string]wantDecision{"a": {false, ReasonDuplicateIdentity, `IKE identity "dns:VPN.example.net" is the gateway's own IKE identity; a peer must present its own`}},
 			tunnel:  map[string]bool{"a": false},
@@ -119,9 +112,9 @@ func TestAuthorizeIdentities(t *testing.T) {
 			name: "one WireGuard key in two base64 spellings is one identity",
 			gw:   wgGW,
 			peers: []vpnv1.VPNPeer{
-				wgPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(1)),
+				wgPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"), age(1)),
 				func() vpnv1.VPNPeer {
-					p := wgPeer("b", []string{"10.30.0.0/16"}, grants(nil, nil), age(2))
+					p := wgPeer("b", []string{"10.30.0.0/16"}, gen.Grants(), age(2))
 					k := testPeerKey("a")
 					p.Spec.WireGuard.PublicKey = k[:42] + string(base64Next(k[42])) + "="
 					return p
@@ -137,8 +130,8 @@ func TestAuthorizeIdentities(t *testing.T) {
 			name: "the ID defaults to the address: two peers at one address without IDs collide",
 			gw:   ipsecGW,
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), withID(""), age(1)),
-				ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), withID(""), age(2)),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"), gen.RemoteID(""), age(1)),
+				ipsecPeer("b", []string{"10.30.0.0/16"}, gen.Grants("metrics"), gen.RemoteID(""), age(2)),
 			},
 			want: map[string]wantDecision{
 				"a": {true, ReasonAuthorized, ""},
@@ -151,7 +144,7 @@ func TestAuthorizeIdentities(t *testing.T) {
 			gw:      ipsecGW,
 			localID: "vpn.example.net",
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("a", []string{"10.20.0.0/16"}, withID("VPN.example.net")),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.RemoteID("VPN.example.net")),
 			},
 			want:    map[string]wantDecision{"a": {false, ReasonDuplicateIdentity, `IKE identity "VPN.example.net" is the gateway's own IKE identity; a peer must present its own`}},
 			tunnel:  map[string]bool{"a": false},
@@ -161,8 +154,8 @@ func TestAuthorizeIdentities(t *testing.T) {
 			name: "a wildcard ID (admitted before the admission rule) proves nothing",
 			gw:   ipsecGW,
 			peers: []vpnv1.VPNPeer{
-				ipsecPeer("a", []string{"10.20.0.0/16"}, withID("*.example.com")),
-				ipsecPeer("b", []string{"10.30.0.0/16"}, withID(""), withAddress("%any")),
+				ipsecPeer("a", []string{"10.20.0.0/16"}, gen.RemoteID("*.example.com")),
+				ipsecPeer("b", []string{"10.30.0.0/16"}, gen.RemoteID(""), gen.RemoteAddress("%any")),
 			},
 			want: map[string]wantDecision{
 				"a": {false, ReasonInvalidIdentity, `IKE identity "*.example.com" contains a wildcard (*), so it matches more than one identity; a pre-shared key must prove exactly one identity`},
@@ -174,9 +167,9 @@ func TestAuthorizeIdentities(t *testing.T) {
 			name: "same WireGuard public key: the younger gets no tunnel",
 			gw:   wgGW,
 			peers: []vpnv1.VPNPeer{
-				wgPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(1)),
+				wgPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"), age(1)),
 				func() vpnv1.VPNPeer {
-					p := wgPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), age(2))
+					p := wgPeer("b", []string{"10.30.0.0/16"}, gen.Grants("metrics"), age(2))
 					p.Spec.WireGuard.PublicKey = testPeerKey("a")
 					return p
 				}(),
@@ -279,7 +272,7 @@ func TestAuthorizeDarkOverlapGetsNoTunnelForIt(t *testing.T) {
 	// The attack: a younger peer with no block on a multi-peer gateway, one subnet of
 	// its own and one inside an authorized peer's LAN.
 	in := testInput(
-		ipsecPeer("hq", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(1)),
+		ipsecPeer("hq", []string{"10.20.0.0/16"}, gen.Grants("metrics"), age(1)),
 		ipsecPeer("intruder", []string{"10.20.7.0/29", "172.16.9.0/24"}, age(2)),
 	)
 	in.Gateway.Spec.ReverseExposures = nil
@@ -323,18 +316,18 @@ func TestTunnelsPairwiseDisjoint(t *testing.T) {
 			}
 			slices.Sort(subnets)
 			subnets = slices.Compact(subnets)
-			var opts []peerOpt
+			var opts []gen.PeerMod
 			opts = append(opts, age(rng.IntN(4)))
 			switch rng.IntN(3) {
 			case 0:
-				opts = append(opts, grants([]string{"metrics"}, nil))
+				opts = append(opts, gen.Grants("metrics"))
 			case 1:
-				opts = append(opts, grants(nil, nil))
+				opts = append(opts, gen.Grants())
 			}
 			name := fmt.Sprintf("p%d", i)
 			var p vpnv1.VPNPeer
 			if gwProto == vpnv1.ProtocolIPsec {
-				p = ipsecPeer(name, subnets, append(opts, withID(fmt.Sprintf("site%d.example.com", rng.IntN(n))))...)
+				p = ipsecPeer(name, subnets, append(opts, gen.RemoteID(fmt.Sprintf("site%d.example.com", rng.IntN(n))))...)
 			} else {
 				p = wgPeer(name, subnets, opts...)
 				p.Spec.WireGuard.PublicKey = testPeerKey(fmt.Sprint(rng.IntN(n)))
@@ -460,8 +453,8 @@ func prefixStrings(ps []netip.Prefix) []string {
 
 func TestCredentialsRefused(t *testing.T) {
 	in := testInput(
-		ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"metrics"}, nil), age(1)),
-		ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), age(2)),
+		ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("metrics"), age(1)),
+		ipsecPeer("b", []string{"10.30.0.0/16"}, gen.Grants("metrics"), age(2)),
 	)
 	in.Gateway.Spec.ReverseExposures = nil
 	in.RefusedSecrets = map[string]string{"a-psk": "kubernetes.io/service-account-token"}
@@ -495,8 +488,8 @@ func TestCredentialsRefused(t *testing.T) {
 func TestVerify(t *testing.T) {
 	base := func() *Gateway {
 		in := testInput(
-			ipsecPeer("a", []string{"10.20.0.0/16"}, grants([]string{"internal-api"}, []string{"acme-erp"}), age(1)),
-			ipsecPeer("b", []string{"10.30.0.0/16"}, grants([]string{"metrics"}, nil), age(2)),
+			ipsecPeer("a", []string{"10.20.0.0/16"}, gen.Grants("internal-api"), gen.ReverseGrants("acme-erp"), age(1)),
+			ipsecPeer("b", []string{"10.30.0.0/16"}, gen.Grants("metrics"), age(2)),
 			ipsecPeer("c", []string{"10.20.5.0/24", "10.40.0.0/16"}, age(3)),
 		)
 		gw, errs := Build(in)
