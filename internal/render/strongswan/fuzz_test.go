@@ -10,6 +10,7 @@ import (
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/strongswan/swanconf"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen/modelgen"
 )
 
 // FuzzSwanctlConf injects hostile peer names, identities, proposals and addresses into a
@@ -42,9 +43,9 @@ func FuzzSwanctlConf(f *testing.F) {
 		gw := baseGateway()
 		gw.IPsec.LocalID = localID
 		gw.IPsec.IKEProposals = []string{ikeProp, "aes256-sha256-modp2048"}
-		hostile := ipsecPeer(name, address, remoteID, noGrants, "10.20.0.0/16")
+		hostile := ipsecPeer(name, address, remoteID, modelgen.NoGrants(), "10.20.0.0/16")
 		hostile.IPsec.ESPProposals = []string{espProp}
-		benign := ipsecPeer("zz-benign", "198.51.100.99", "198.51.100.99", noGrants, "10.99.0.0/16")
+		benign := ipsecPeer("zz-benign", "198.51.100.99", "198.51.100.99", modelgen.NoGrants(), "10.99.0.0/16")
 		gw.Peers = []model.Peer{hostile, benign}
 
 		cfg, err := Render(gw, Options{})
