@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen/modelgen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
@@ -25,7 +26,7 @@ func benchGateway(n int) *model.Gateway {
 	for i := 0; i < n; i++ {
 		a := start + uint32(i)*4
 		name := fmt.Sprintf("site-%05d", i)
-		p := ipsecPeer(name, allowed(model.ReasonAuthorized), []string{"iperf"},
+		p := ipsecPeer(name, modelgen.Authorized(), []string{"iperf"},
 			netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}), 30).String())
 		g.Exposures[0].GrantedTo = append(g.Exposures[0].GrantedTo, name)
 		if i%2 == 0 {

@@ -4,20 +4,13 @@ import (
 	"net/netip"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen/modelgen"
 )
 
 var (
 	pfx  = netip.MustParsePrefix
 	addr = netip.MustParseAddr
 )
-
-func allowed(reason string) model.Decision {
-	return model.Decision{Authorized: true, Reason: reason}
-}
-
-func dark(reason string) model.Decision {
-	return model.Decision{Reason: reason}
-}
 
 func tcp(port, target uint16) model.Port {
 	return model.Port{Protocol: "tcp", Port: port, TargetPort: target}
@@ -26,34 +19,22 @@ func udp(port, target uint16) model.Port {
 	return model.Port{Protocol: "udp", Port: port, TargetPort: target}
 }
 
+// ipsecGateway is an IPsec gateway of tenant-a with a floating IP from the pool "public" and
+// the service CIDR 100.64.7.0/24.
 func ipsecGateway(name string, peers []model.Peer, exposures []model.Exposure) *model.Gateway {
-	return &model.Gateway{
-		Namespace:    "tenant-a",
-		Name:         name,
-		Protocol:     model.ProtocolIPsec,
-		Mode:         model.ModeSNAT,
-		Endpoint:     model.Endpoint{Kind: model.EndpointFloatingIPPool, FloatingIPPool: "public"},
-		ServiceCIDR:  pfx("100.64.7.0/24"),
-		LocalAddress: addr("100.64.7.1"),
-		Exposures:    exposures,
-		IPsec:        &model.IPsecGateway{IKEVersion: 2, IKEProposals: []string{"aes256gcm16-prfsha256-ecp256"}},
-		Peers:        peers,
-	}
+	return modelgen.Gateway("tenant-a", name, modelgen.FloatingIPPool("public"), modelgen.ServiceCIDR("100.64.7.0/24"),
+		modelgen.Exposures(exposures...), modelgen.IKE(2, "aes256gcm16-prfsha256-ecp256"), modelgen.Peers(peers...))
 }
 
+// ipsecPeer is a peer at 198.51.100.77 with the reqid of a gateway tenant-a/fixture; only an
+// authorized peer holds the exposures (as the model leaves a dark peer none).
 func ipsecPeer(name string, d model.Decision, exposures []string, subnets ...string) model.Peer {
-	p := model.Peer{
-		Name:          name,
-		Authorization: d,
-		IPsec:         &model.IPsecPeer{RemoteAddress: "198.51.100.77", RemoteID: "198.51.100.77", Reqid: model.PeerReqid("tenant-a", "fixture", name)},
-	}
+	mods := []modelgen.PeerMod{modelgen.IPsec("198.51.100.77", "198.51.100.77"), modelgen.Reqid("tenant-a", "fixture"),
+		modelgen.SourceCIDRs(subnets...)}
 	if d.Authorized {
-		p.Exposures = exposures
+		mods = append(mods, modelgen.Grants(exposures...))
 	}
-	for _, s := range subnets {
-		p.SourceCIDRs = append(p.SourceCIDRs, pfx(s))
-	}
-	return p
+	return modelgen.Peer(name, d, mods...)
 }
 
 type renderCase struct {
@@ -72,7 +53,7 @@ func renderCases() []renderCase {
 			name: "single-peer-default-allow",
 			gw: func() *model.Gateway {
 				return ipsecGateway("office", []model.Peer{
-					ipsecPeer("hq", allowed(model.ReasonDefaultAllow), []string{"db", "web"}, "203.0.113.0/24"),
+					ipsecPeer("hq", modelgen.DefaultAllow(), []string{"db", "web"}, "203.0.113.0/24"),
 				}, []model.Exposure{
 					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("192.0.2.10"), Ports: []model.Port{tcp(443, 8443), tcp(80, 8080)}, GrantedTo: []string{"hq"}},
 					{Name: "db", VirtualIP: addr("100.64.7.11"), Target: addr("192.0.2.20"), TargetService: "postgres", Ports: []model.Port{tcp(5432, 5432)}, GrantedTo: []string{"hq"}},
@@ -85,9 +66,9 @@ func renderCases() []renderCase {
 			name: "multi-peer-mixed-grants",
 			gw: func() *model.Gateway {
 				return ipsecGateway("partners", []model.Peer{
-					ipsecPeer("branch-1", allowed(model.ReasonAuthorized), []string{"db", "web"}, "203.0.113.0/28", "203.0.113.64/26"),
-					ipsecPeer("branch-2", allowed(model.ReasonAuthorized), []string{"web"}, "203.0.113.16/28"),
-					ipsecPeer("vendor", allowed(model.ReasonAuthorized), []string{"db"}, "198.51.100.0/25"),
+					ipsecPeer("branch-1", modelgen.Authorized(), []string{"db", "web"}, "203.0.113.0/28", "203.0.113.64/26"),
+					ipsecPeer("branch-2", modelgen.Authorized(), []string{"web"}, "203.0.113.16/28"),
+					ipsecPeer("vendor", modelgen.Authorized(), []string{"db"}, "198.51.100.0/25"),
 				}, []model.Exposure{
 					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("192.0.2.10"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"branch-1", "branch-2"}},
 					{Name: "db", VirtualIP: addr("100.64.7.11"), Target: addr("192.0.2.20"), Ports: []model.Port{tcp(5432, 5432)}, GrantedTo: []string{"branch-1", "vendor"}},
@@ -103,9 +84,9 @@ func renderCases() []renderCase {
 			name: "dark-peer",
 			gw: func() *model.Gateway {
 				return ipsecGateway("branches", []model.Peer{
-					ipsecPeer("branch", allowed(model.ReasonAuthorized), []string{"web"}, "203.0.113.0/25"),
-					ipsecPeer("guest", model.Decision{Reason: model.ReasonNoGrants, Message: model.MessageNoBlockMultiPeer}, nil, "203.0.113.128/26"),
-					ipsecPeer("latecomer", dark(model.ReasonSubnetConflict), nil, "203.0.113.0/24"),
+					ipsecPeer("branch", modelgen.Authorized(), []string{"web"}, "203.0.113.0/25"),
+					ipsecPeer("guest", modelgen.NoGrants(), nil, "203.0.113.128/26"),
+					ipsecPeer("latecomer", modelgen.Dark(model.ReasonSubnetConflict, ""), nil, "203.0.113.0/24"),
 				}, []model.Exposure{
 					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("192.0.2.10"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"branch"}},
 				})
@@ -118,8 +99,8 @@ func renderCases() []renderCase {
 			name: "reverse-exposure",
 			gw: func() *model.Gateway {
 				g := ipsecGateway("ops", []model.Peer{
-					ipsecPeer("plant", allowed(model.ReasonAuthorized), []string{"web"}, "203.0.113.0/28"),
-					ipsecPeer("office", allowed(model.ReasonAuthorized), []string{"web"}, "203.0.113.16/28"),
+					ipsecPeer("plant", modelgen.Authorized(), []string{"web"}, "203.0.113.0/28"),
+					ipsecPeer("office", modelgen.Authorized(), []string{"web"}, "203.0.113.16/28"),
 				}, []model.Exposure{
 					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("192.0.2.10"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"office", "plant"}},
 				})
@@ -143,7 +124,7 @@ func renderCases() []renderCase {
 			name: "cluster-link",
 			gw: func() *model.Gateway {
 				g := ipsecGateway("ops", []model.Peer{
-					ipsecPeer("plant", allowed(model.ReasonDefaultAllow), []string{"web"}, "203.0.113.0/28"),
+					ipsecPeer("plant", modelgen.DefaultAllow(), []string{"web"}, "203.0.113.0/28"),
 				}, []model.Exposure{
 					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("10.50.0.9"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"plant"}},
 				})
@@ -168,7 +149,7 @@ func renderCases() []renderCase {
 			name: "reverse-exposure-without-internal-sources",
 			gw: func() *model.Gateway {
 				g := ipsecGateway("ops", []model.Peer{
-					ipsecPeer("plant", allowed(model.ReasonDefaultAllow), nil, "203.0.113.0/28"),
+					ipsecPeer("plant", modelgen.DefaultAllow(), nil, "203.0.113.0/28"),
 				}, nil)
 				g.ReverseExposures = []model.ReverseExposure{
 					{Name: "plc", VirtualIP: addr("100.64.7.20"), Target: addr("203.0.113.5"), Grantee: "plant",
@@ -188,8 +169,8 @@ func renderCases() []renderCase {
 			name: "same-port-two-virtual-ips",
 			gw: func() *model.Gateway {
 				return ipsecGateway("web", []model.Peer{
-					ipsecPeer("hq", allowed(model.ReasonAuthorized), []string{"shop", "wiki"}, "203.0.113.0/24"),
-					ipsecPeer("shop-only", allowed(model.ReasonAuthorized), []string{"shop"}, "198.51.100.0/24"),
+					ipsecPeer("hq", modelgen.Authorized(), []string{"shop", "wiki"}, "203.0.113.0/24"),
+					ipsecPeer("shop-only", modelgen.Authorized(), []string{"shop"}, "198.51.100.0/24"),
 				}, []model.Exposure{
 					{Name: "wiki", VirtualIP: addr("100.64.7.10"), Target: addr("192.0.2.10"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"hq"}},
 					{Name: "shop", VirtualIP: addr("100.64.7.11"), Target: addr("192.0.2.20"), Ports: []model.Port{tcp(443, 8443)}, GrantedTo: []string{"hq", "shop-only"}},
@@ -201,7 +182,7 @@ func renderCases() []renderCase {
 			name: "udp-exposure",
 			gw: func() *model.Gateway {
 				return ipsecGateway("infra", []model.Peer{
-					ipsecPeer("site", allowed(model.ReasonDefaultAllow), []string{"dns"}, "203.0.113.0/24"),
+					ipsecPeer("site", modelgen.DefaultAllow(), []string{"dns"}, "203.0.113.0/24"),
 				}, []model.Exposure{
 					{Name: "dns", VirtualIP: addr("100.64.7.53"), Target: addr("192.0.2.53"), Ports: []model.Port{udp(53, 5353), tcp(53, 5353)}, GrantedTo: []string{"site"}},
 					{Name: "syslog", VirtualIP: addr("100.64.7.54"), Target: addr("192.0.2.54"), Ports: []model.Port{udp(514, 514)}, GrantedTo: []string{"site"}},
@@ -215,11 +196,11 @@ func renderCases() []renderCase {
 			name: "host-network-shared-netns",
 			gw: func() *model.Gateway {
 				g := ipsecGateway("edge", []model.Peer{
-					ipsecPeer("hq", allowed(model.ReasonDefaultAllow), []string{"web"}, "203.0.113.0/24"),
+					ipsecPeer("hq", modelgen.DefaultAllow(), []string{"web"}, "203.0.113.0/24"),
 				}, []model.Exposure{
 					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("192.0.2.10"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"hq"}},
 				})
-				g.Endpoint = model.Endpoint{Kind: model.EndpointHostNetwork, NodeName: "node-1", HostAddress: addr("198.51.100.1")}
+				modelgen.HostNetwork("node-1", "198.51.100.1")(g)
 				return g
 			},
 			opts: libipsec,
@@ -229,11 +210,11 @@ func renderCases() []renderCase {
 			name: "host-network-kernel-esp",
 			gw: func() *model.Gateway {
 				g := ipsecGateway("edge", []model.Peer{
-					ipsecPeer("hq", allowed(model.ReasonDefaultAllow), []string{"web"}, "203.0.113.0/24"),
+					ipsecPeer("hq", modelgen.DefaultAllow(), []string{"web"}, "203.0.113.0/24"),
 				}, []model.Exposure{
 					{Name: "web", VirtualIP: addr("100.64.7.10"), Target: addr("192.0.2.10"), Ports: []model.Port{tcp(443, 443)}, GrantedTo: []string{"hq"}},
 				})
-				g.Endpoint = model.Endpoint{Kind: model.EndpointHostNetwork, NodeName: "node-1", HostAddress: addr("198.51.100.1")}
+				modelgen.HostNetwork("node-1", "198.51.100.1")(g)
 				g.InternalSourceCIDRs = []netip.Prefix{pfx("10.244.0.0/16")}
 				g.ReverseClients = []netip.Addr{addr("10.244.0.5"), addr("10.244.0.6")}
 				g.ReverseExposures = []model.ReverseExposure{{Name: "ldap", Grantee: "hq", VirtualIP: addr("100.64.7.20"), Target: addr("203.0.113.5"),
@@ -248,7 +229,7 @@ func renderCases() []renderCase {
 			name: "host-network-wireguard",
 			gw: func() *model.Gateway {
 				g := wireguardGateway()
-				g.Endpoint = model.Endpoint{Kind: model.EndpointHostNetwork, NodeName: "node-1", HostAddress: addr("198.51.100.1")}
+				modelgen.HostNetwork("node-1", "198.51.100.1")(g)
 				return g
 			},
 			opts: kernelESP,
@@ -257,23 +238,12 @@ func renderCases() []renderCase {
 }
 
 func wireguardGateway() *model.Gateway {
-	return &model.Gateway{
-		Namespace:    "tenant-b",
-		Name:         "roadwarriors",
-		Protocol:     model.ProtocolWireGuard,
-		Mode:         model.ModeSNAT,
-		Endpoint:     model.Endpoint{Kind: model.EndpointLoadBalancer},
-		ServiceCIDR:  pfx("100.64.9.0/24"),
-		LocalAddress: addr("100.64.9.1"),
-		WireGuard:    &model.WireGuardGateway{ListenPort: 51820, MTU: 1380},
-		Exposures: []model.Exposure{
-			{Name: "git", VirtualIP: addr("100.64.9.2"), Target: addr("192.0.2.40"), Ports: []model.Port{tcp(22, 2222), tcp(443, 443)}, GrantedTo: []string{"laptop"}},
-		},
-		Peers: []model.Peer{
-			{Name: "laptop", Authorization: allowed(model.ReasonAuthorized), Exposures: []string{"git"},
-				SourceCIDRs: []netip.Prefix{pfx("203.0.113.7/32")}, WireGuard: &model.WireGuardPeer{PublicKey: "x"}},
-			{Name: "phone", Authorization: dark(model.ReasonNoGrants),
-				SourceCIDRs: []netip.Prefix{pfx("203.0.113.8/32")}, WireGuard: &model.WireGuardPeer{PublicKey: "y"}},
-		},
-	}
+	return modelgen.Gateway("tenant-b", "roadwarriors", modelgen.LoadBalancer("", nil), modelgen.ServiceCIDR("100.64.9.0/24"),
+		modelgen.WireGuardDevice(51820, 1380),
+		modelgen.Exposures(model.Exposure{Name: "git", VirtualIP: addr("100.64.9.2"), Target: addr("192.0.2.40"),
+			Ports: []model.Port{tcp(22, 2222), tcp(443, 443)}, GrantedTo: []string{"laptop"}}),
+		modelgen.Peers(
+			modelgen.Peer("laptop", modelgen.Authorized(), modelgen.Grants("git"), modelgen.SourceCIDRs("203.0.113.7/32"), modelgen.WireGuard("x")),
+			modelgen.Peer("phone", modelgen.Dark(model.ReasonNoGrants, ""), modelgen.SourceCIDRs("203.0.113.8/32"), modelgen.WireGuard("y")),
+		))
 }

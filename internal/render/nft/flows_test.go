@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen/modelgen"
 )
 
 func TestGrantedFlows(t *testing.T) {
@@ -39,7 +40,7 @@ func TestGrantedFlows(t *testing.T) {
 	}
 
 	// Revoked: peer-a goes dark; its grants and the reverse exposure it held are gone.
-	g.Peers[0].Authorization = dark(model.ReasonNoGrants)
+	g.Peers[0].Authorization = modelgen.Dark(model.ReasonNoGrants, "")
 	g.Peers[0].Exposures, g.Peers[0].ReverseExposures = nil, nil
 	g.Exposures[0].GrantedTo, g.Exposures[1].GrantedTo = nil, nil
 	g.ReverseExposures[0].Grantee = ""

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen/modelgen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
@@ -39,10 +40,10 @@ const (
 
 func labGateway() *model.Gateway {
 	g := ipsecGateway("lab", []model.Peer{
-		ipsecPeer("peer-a", allowed(model.ReasonAuthorized), []string{"dns", "web"}, "203.0.113.0/28"),
+		ipsecPeer("peer-a", modelgen.Authorized(), []string{"dns", "web"}, "203.0.113.0/28"),
 		// three prefix lengths: each is looked up in sets of its own, by rules of its own
-		ipsecPeer("peer-b", allowed(model.ReasonAuthorized), []string{"admin"}, "203.0.113.16/29"),
-		ipsecPeer("peer-c", dark(model.ReasonNoGrants), nil, "203.0.113.32/27"),
+		ipsecPeer("peer-b", modelgen.Authorized(), []string{"admin"}, "203.0.113.16/29"),
+		ipsecPeer("peer-c", modelgen.Dark(model.ReasonNoGrants, ""), nil, "203.0.113.32/27"),
 	}, []model.Exposure{
 		{Name: "web", VirtualIP: addr(vipWeb), Target: addr(backendIP), Ports: []model.Port{tcp(80, 8080)}, GrantedTo: []string{"peer-a"}},
 		{Name: "dns", VirtualIP: addr(vipWeb), Target: addr(backendIP), Ports: []model.Port{udp(53, 5353)}, GrantedTo: []string{"peer-a"}},

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen/modelgen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
@@ -244,7 +245,7 @@ func TestRenderRefuses(t *testing.T) {
 			g.Exposures[1].Ports = g.Exposures[0].Ports
 		}, "both use"},
 		{"grant to unknown peer", func(g *model.Gateway, _ *Options) { g.Exposures[0].GrantedTo = []string{"ghost"} }, "does not have"},
-		{"grant to dark peer", func(g *model.Gateway, _ *Options) { g.Peers[0].Authorization = dark(model.ReasonNoGrants) }, "not authorized"},
+		{"grant to dark peer", func(g *model.Gateway, _ *Options) { g.Peers[0].Authorization = modelgen.Dark(model.ReasonNoGrants, "") }, "not authorized"},
 		{"ipv6 peer subnet", func(g *model.Gateway, _ *Options) { g.Peers[0].SourceCIDRs = []netip.Prefix{pfx("2001:db8::/64")} }, "IPv4"},
 		{"duplicate peer", func(g *model.Gateway, _ *Options) { g.Peers[1].Name = g.Peers[0].Name }, "twice"},
 		{"reverse target outside grantee", func(g *model.Gateway, _ *Options) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen/modelgen"
 )
 
 // Kernel ESP binds the ruleset to the gateway's own SAs: every tunnel match names the
@@ -71,8 +72,8 @@ func TestKernelESPMatchesTheGatewaysReqidsOnly(t *testing.T) {
 // removed changes its elements only); none: the set is empty and the rules match nothing.
 func TestKernelESPReqidSet(t *testing.T) {
 	g := ipsecGateway("two", []model.Peer{
-		ipsecPeer("a", allowed(model.ReasonAuthorized), nil, "198.51.100.0/25"),
-		ipsecPeer("b", dark(model.ReasonNoGrants), nil, "198.51.100.128/25"),
+		ipsecPeer("a", modelgen.Authorized(), nil, "198.51.100.0/25"),
+		ipsecPeer("b", modelgen.Dark(model.ReasonNoGrants, ""), nil, "198.51.100.128/25"),
 	}, nil)
 	text := mustRender(t, g, kernelESP(g))
 	want := []uint32{g.Peers[0].IPsec.Reqid, g.Peers[1].IPsec.Reqid}
