@@ -16,6 +16,7 @@ import (
 	"unicode"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen/modelgen"
 )
 
 func render(t testing.TB, gw *model.Gateway) (*Config, string) {
@@ -87,7 +88,7 @@ func TestDevice(t *testing.T) {
 		t.Errorf("bravo allowed %#v", nets[0])
 	}
 	// A dark peer never takes an authorized peer's subnets: charlie's 10.20.5.0/24 lies in alpha's /16.
-	if !slices.Equal(charlie.AllowedIPs, prefixes("10.40.0.0/16")) || !slices.Equal(charlie.WithheldIPs, prefixes("10.20.5.0/24")) {
+	if !slices.Equal(charlie.AllowedIPs, modelgen.Prefixes("10.40.0.0/16")) || !slices.Equal(charlie.WithheldIPs, modelgen.Prefixes("10.20.5.0/24")) {
 		t.Errorf("charlie allowed %v withheld %v", charlie.AllowedIPs, charlie.WithheldIPs)
 	}
 
@@ -174,7 +175,7 @@ func TestHostileValuesRefused(t *testing.T) {
 		{"public key not base64", "publicKey", func(g *model.Gateway) { g.Peers[0].WireGuard.PublicKey = "x\nEndpoint = 1.2.3.4:1" }},
 		{"public key short", "publicKey", func(g *model.Gateway) { g.Peers[0].WireGuard.PublicKey = "AAAA" }},
 		{"duplicate public key", "publicKey", func(g *model.Gateway) {
-			p := wgPeer("other", 1, noGrants, "10.99.0.0/16")
+			p := wgPeer("other", 1, modelgen.NoGrants(), "10.99.0.0/16")
 			g.Peers = append(g.Peers, p)
 		}},
 		{"endpoint comment", "endpoint", func(g *model.Gateway) { g.Peers[0].WireGuard.Endpoint = "1.2.3.4:51820#x" }},
@@ -189,7 +190,7 @@ func TestHostileValuesRefused(t *testing.T) {
 		{"overlapping peers", "sourceCIDRs", func(g *model.Gateway) {
 			p := g.Peers[0]
 			p.Name, p.WireGuard = "intruder", &model.WireGuardPeer{PublicKey: key(9)}
-			p.SourceCIDRs = prefixes("10.20.7.0/29")
+			p.SourceCIDRs = modelgen.Prefixes("10.20.7.0/29")
 			g.Peers = append(g.Peers, p)
 		}},
 		{"local address outside", "localAddress", func(g *model.Gateway) { g.LocalAddress = netip.MustParseAddr("10.0.0.1") }},
@@ -283,12 +284,12 @@ func FuzzWireGuardText(f *testing.F) {
 	f.Add("p", key(1), "[::1]:1", "x", "k\rPresharedKey = x", uint16(65535))
 	f.Fuzz(func(t *testing.T, name, pub, endpoint, pskName, pskKey string, keepalive uint16) {
 		gw := baseGateway()
-		p := wgPeer(name, 0, noGrants, "10.20.0.0/16")
+		p := wgPeer(name, 0, modelgen.NoGrants(), "10.20.0.0/16")
 		p.WireGuard.PublicKey = pub
 		p.WireGuard.Endpoint = endpoint
 		p.WireGuard.PersistentKeepalive = keepalive
 		p.WireGuard.PresharedKey = &model.SecretKeyRef{Name: pskName, Key: pskKey}
-		benign := wgPeer("zz-benign", 9, noGrants, "10.99.0.0/16")
+		benign := wgPeer("zz-benign", 9, modelgen.NoGrants(), "10.99.0.0/16")
 		gw.Peers = []model.Peer{p, benign}
 		cfg, err := Render(gw)
 		if err != nil {
