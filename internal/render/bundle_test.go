@@ -6,31 +6,23 @@ import (
 	"strings"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
+
+// webGateway is the gateway t/gw behind a load balancer with one exposure, web, of
+// 198.51.100.80:443.
+func webGateway(mods ...gen.GatewayMod) *vpnv1.VPNGateway {
+	return gen.VPNGateway("t", "gw", append([]gen.GatewayMod{gen.UID("u"), gen.Generation(1),
+		gen.LoadBalancer(vpnv1.LoadBalancerEndpoint{}), gen.Exposure("web", "198.51.100.80", gen.Port(443))}, mods...)...)
+}
 
 func builtGateway(t *testing.T) *model.Gateway {
 	t.Helper()
-	gw := &vpnv1.VPNGateway{
-		ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "t", UID: "u", Generation: 1},
-		Spec: vpnv1.VPNGatewaySpec{
-			Protocol:  vpnv1.ProtocolIPsec,
-			Endpoint:  vpnv1.Endpoint{LoadBalancer: &vpnv1.LoadBalancerEndpoint{}},
-			Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "198.51.100.80", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}}},
-		},
-	}
-	peers := []vpnv1.VPNPeer{{
-		ObjectMeta: metav1.ObjectMeta{Name: "hq", Namespace: "t", UID: "p"},
-		Spec: vpnv1.VPNPeerSpec{GatewayRef: "gw", IPsec: &vpnv1.IPsecPeer{
-			Peer:          vpnv1.IPsecRemote{Address: "203.0.113.9", ID: "hq.example.com"},
-			RemoteSubnets: []string{"10.20.0.0/16"},
-			PSKSecretRef:  vpnv1.SecretKeyRef{Name: "hq-psk", Key: "psk"},
-		}},
-	}}
+	gw := webGateway()
+	peers := []vpnv1.VPNPeer{*gen.VPNPeer("t", "hq", gen.UID("p"), gen.RemoteSubnets("10.20.0.0/16"))}
 	m, errs := model.Build(model.Input{Gateway: gw, Peers: peers, Config: model.Config{PoolCIDR: model.DefaultPoolCIDR},
 		ServiceCIDR: netip.MustParsePrefix("100.64.1.0/24"), PublicAddress: "192.0.2.1"})
 	if len(errs) > 0 {

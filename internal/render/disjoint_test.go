@@ -1,20 +1,17 @@
 package render_test
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/strongswan"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 // TestRenderedTunnelsPairwiseDisjoint is docs/design.md's "one source, one tunnel" as a property of
@@ -29,14 +26,7 @@ func TestRenderedTunnelsPairwiseDisjoint(t *testing.T) {
 		if iter%2 == 1 {
 			proto = vpnv1.ProtocolWireGuard
 		}
-		gw := &vpnv1.VPNGateway{
-			ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "t", UID: "u", Generation: 1},
-			Spec: vpnv1.VPNGatewaySpec{
-				Protocol:  proto,
-				Endpoint:  vpnv1.Endpoint{LoadBalancer: &vpnv1.LoadBalancerEndpoint{}},
-				Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "198.51.100.80", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}}},
-			},
-		}
+		gw := webGateway(gen.Protocol(proto))
 		n := 1 + rng.IntN(8)
 		var peers []vpnv1.VPNPeer
 		for i := range n {
@@ -45,26 +35,18 @@ func TestRenderedTunnelsPairwiseDisjoint(t *testing.T) {
 				a := netip.AddrFrom4([4]byte{10, byte(rng.IntN(2)), byte(rng.IntN(4)), byte(rng.IntN(4) * 64)})
 				subnets = append(subnets, netip.PrefixFrom(a, 8+rng.IntN(19)).Masked().String())
 			}
-			p := vpnv1.VPNPeer{
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Namespace: "t", UID: "u",
-					CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(rng.IntN(3)) * time.Minute))},
-				Spec: vpnv1.VPNPeerSpec{GatewayRef: "gw"},
-			}
+			mods := []gen.PeerMod{gen.UID("u"), gen.CreatedAt(t0.Add(time.Duration(rng.IntN(3)) * time.Minute)),
+				gen.RemoteSubnets(dedupe(subnets)...)}
 			if rng.IntN(2) == 0 {
-				p.Spec.Authorization = &vpnv1.Authorization{Exposures: []string{"web"}}
+				mods = append(mods, gen.Grants("web"))
 			}
 			identity := fmt.Sprint(rng.IntN(n)) // sometimes shared with another peer
 			if proto == vpnv1.ProtocolIPsec {
-				p.Spec.IPsec = &vpnv1.IPsecPeer{
-					Peer:          vpnv1.IPsecRemote{Address: "%any", ID: "site" + identity + ".example.com"},
-					RemoteSubnets: dedupe(subnets),
-					PSKSecretRef:  vpnv1.SecretKeyRef{Name: p.Name + "-psk", Key: "psk"},
-				}
+				mods = append(mods, gen.IPsecPeer("%any", "site"+identity+".example.com"))
 			} else {
-				sum := sha256.Sum256([]byte(identity))
-				p.Spec.WireGuard = &vpnv1.WireGuardPeer{PublicKey: base64.StdEncoding.EncodeToString(sum[:]), Subnets: dedupe(subnets)}
+				mods = append(mods, gen.WireGuardPeer(gen.WireGuardKey(identity)))
 			}
-			peers = append(peers, p)
+			peers = append(peers, *gen.VPNPeer("t", fmt.Sprintf("p%d", i), mods...))
 		}
 		m, errs := model.Build(model.Input{
 			Gateway: gw, Peers: peers,

@@ -53,7 +53,10 @@ func FloatingIP(address string) GatewayFunc {
 
 // LoadBalancer: a Service of type LoadBalancer with lb's class and annotations.
 func LoadBalancer(lb vpnv1.LoadBalancerEndpoint) GatewayFunc {
-	return func(g *vpnv1.VPNGateway) { g.Spec.Endpoint = vpnv1.Endpoint{LoadBalancer: &lb} }
+	return func(g *vpnv1.VPNGateway) {
+		lb := lb // each gateway its own
+		g.Spec.Endpoint = vpnv1.Endpoint{LoadBalancer: &lb}
+	}
 }
 
 // HostNetwork: the network of node, with address as the gateway's public address ("" leaves
