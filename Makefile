@@ -51,8 +51,9 @@ STATIC := CGO_ENABLED=0
 TRIM := -trimpath
 
 .PHONY: lint
-lint: ## go vet and gofmt
+lint: ## go vet, gofmt and golangci-lint (.golangci.yml: the packages' layering, a complexity cap)
 	$(STATIC) go vet $(TRIM) ./...
+	$(STATIC) $$(hack/golangci-lint.sh) run ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: test-race

@@ -23,6 +23,8 @@ summary() {
 prep_log=$bin/prepare.log
 hack/stage.sh prepare bash -c 'hack/install-test-deps.sh && hack/vm/kit.sh >/dev/null' >"$prep_log" 2>&1 &
 prep=$!
+# golangci-lint (make lint runs it after go vet): built beside the generated files' check
+hack/golangci-lint.sh >"$bin/golangci-lint.log" 2>&1 &
 
 rc=0
 hack/stage.sh verify-generated "${make[@]}" verify-generated &&
