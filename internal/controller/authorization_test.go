@@ -17,6 +17,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 // The five authorization outcomes of docs/design.md, on the real API server, including the flip to
@@ -26,7 +27,7 @@ func TestAuthorizationOutcomesAndTransitions(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	gw := ipsecGateway(ns, "gw")
-	a := ipsecPeer(ns, "a", "gw", []string{"10.20.0.0/16"}, nil)
+	a := gen.VPNPeer(ns, "a", gen.RemoteSubnets("10.20.0.0/16"))
 	create(t, gw, pskSecret(ns, "a"), a)
 
 	// One peer, no block: DefaultAllow.
@@ -36,7 +37,7 @@ func TestAuthorizationOutcomesAndTransitions(t *testing.T) {
 	}
 
 	// A second peer without a block: both dark, with docs/design.md's exact message.
-	b := ipsecPeer(ns, "b", "gw", []string{"10.30.0.0/16"}, nil)
+	b := gen.VPNPeer(ns, "b", gen.RemoteSubnets("10.30.0.0/16"))
 	create(t, pskSecret(ns, "b"), b)
 	for _, p := range []*vpnv1.VPNPeer{a, b} {
 		waitMessage(t, p, vpnv1.ConditionAuthorized, metav1.ConditionFalse, model.ReasonNoGrants,
@@ -86,8 +87,8 @@ func TestProtocolMismatchAndMissingGateway(t *testing.T) {
 	startOperator(t, operatorConfig(), nil)
 	ns := namespace(t)
 	gw := ipsecGateway(ns, "gw")
-	wg := wireguardPeer(ns, "wg", "gw", []string{"10.40.0.0/16"})
-	orphan := ipsecPeer(ns, "orphan", "missing", []string{"10.20.0.0/16"}, nil)
+	wg := gen.VPNPeer(ns, "wg", gen.WireGuardPeer(testWGKey), gen.RemoteSubnets("10.40.0.0/16"))
+	orphan := gen.VPNPeer(ns, "orphan", gen.OnGateway("missing"), gen.RemoteSubnets("10.20.0.0/16"))
 	create(t, gw, wg, pskSecret(ns, "orphan"), orphan)
 	c := waitCondition(t, wg, vpnv1.ConditionAuthorized, metav1.ConditionFalse, model.ReasonProtocolMismatch)
 	if !strings.Contains(c.Message, "wireguard") || !strings.Contains(c.Message, "ipsec") {
@@ -106,8 +107,8 @@ func TestReverseExposureSecondGrantee(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	gw := ipsecGateway(ns, "gw")
-	a := ipsecPeer(ns, "owner", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{ReverseExposures: []string{"erp"}})
-	b := ipsecPeer(ns, "intruder", "gw", []string{"10.30.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}, ReverseExposures: []string{"erp"}})
+	a := gen.VPNPeer(ns, "owner", gen.RemoteSubnets("10.20.0.0/16"), gen.ReverseGrants("erp"))
+	b := gen.VPNPeer(ns, "intruder", gen.RemoteSubnets("10.30.0.0/16"), gen.Grants("api"), gen.ReverseGrants("erp"))
 	create(t, gw, pskSecret(ns, "owner"), pskSecret(ns, "intruder"), a, b)
 
 	waitCondition(t, a, vpnv1.ConditionAuthorized, metav1.ConditionTrue, model.ReasonAuthorized)

@@ -30,6 +30,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
@@ -114,7 +115,7 @@ func benchGateway(ns string, i, peersPer int, secrets bool) []client.Object {
 		if secrets {
 			objs = append(objs, pskSecret(ns, name))
 		}
-		objs = append(objs, ipsecPeer(ns, name, gw.Name, []string{fmt.Sprintf("10.%d.%d.0/24", j, i%250)}, &vpnv1.Authorization{Exposures: []string{"api"}}))
+		objs = append(objs, gen.VPNPeer(ns, name, gen.OnGateway(gw.Name), gen.RemoteSubnets(fmt.Sprintf("10.%d.%d.0/24", j, i%250)), gen.Grants("api")))
 	}
 	return objs
 }

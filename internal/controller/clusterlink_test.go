@@ -18,6 +18,7 @@ import (
 	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 // clusterLink creates a ClusterLink (cluster-scoped: named after the test's namespace) and
@@ -58,7 +59,7 @@ func TestClusterLink(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	gw := ipsecGateway(ns, "gw")
-	create(t, gw, pskSecret(ns, "hq"), ipsecPeer(ns, "hq", "gw", []string{"10.20.0.0/16"}, nil))
+	create(t, gw, pskSecret(ns, "hq"), gen.VPNPeer(ns, "hq", gen.RemoteSubnets("10.20.0.0/16")))
 	eventually(t, 20*time.Second, func() error {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(gw), gw); err != nil {
 			return err
@@ -130,7 +131,7 @@ func TestClusterLink(t *testing.T) {
 			}
 			return nil
 		})
-		create(t, pskSecret(ns, "late"), ipsecPeer(ns, "late", "gw", []string{"203.0.113.240/28", "10.30.0.0/16"}, nil))
+		create(t, pskSecret(ns, "late"), gen.VPNPeer(ns, "late", gen.RemoteSubnets("203.0.113.240/28", "10.30.0.0/16")))
 		eventually(t, 20*time.Second, func() error {
 			m, err := renderedModel(ctx, ns, "gw")
 			if err != nil {

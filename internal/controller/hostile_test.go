@@ -28,6 +28,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 // TestHostileObjects throws hostile and invalid VPNGateways and VPNPeers at the real API server
@@ -85,7 +86,7 @@ func TestHostileObjects(t *testing.T) {
 	t.Run("operator-still-converges", func(t *testing.T) {
 		ns := namespace(t)
 		gw := hostileGateway(ns, "gw")
-		p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, nil)
+		p := gen.VPNPeer(ns, "p", gen.RemoteSubnets("10.20.0.0/16"))
 		create(t, gw, pskSecret(ns, "p"), p)
 		waitCondition(t, gw, vpnv1.ConditionConfigValid, metav1.ConditionTrue, controller.ReasonValid)
 		waitCondition(t, gw, vpnv1.ConditionRendered, metav1.ConditionTrue, controller.ReasonApplied)
@@ -358,7 +359,7 @@ func hostileRejections() []hostileRejection {
 			update: func(o client.Object) { o.(*vpnv1.VPNPeer).Spec.GatewayRef = "other" },
 			field:  "spec.gatewayRef", msg: "gatewayRef is immutable; delete and recreate the peer to move it"},
 		{name: "peer/both-ipsec-and-wireguard", obj: peerWith(func(p *vpnv1.VPNPeer) {
-			p.Spec.WireGuard = wireguardPeer("", "", "", []string{"10.30.0.0/16"}).Spec.WireGuard
+			p.Spec.WireGuard = &vpnv1.WireGuardPeer{PublicKey: testWGKey, Subnets: []string{"10.30.0.0/16"}}
 		}), field: "spec", msg: msgPeerOne},
 		{name: "peer/neither-ipsec-nor-wireguard", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec = nil }),
 			field: "spec", msg: msgPeerOne},
@@ -486,23 +487,11 @@ func hostileRejections() []hostileRejection {
 
 // hostileGateway is the well-formed IPsec gateway every gateway case starts from.
 func hostileGateway(ns, name string) *vpnv1.VPNGateway {
-	return &vpnv1.VPNGateway{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: vpnv1.VPNGatewaySpec{
-			Protocol: vpnv1.ProtocolIPsec,
-			Endpoint: vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.10"}},
-			Exposures: []vpnv1.Exposure{
-				{Name: "api", Target: vpnv1.ExposureTarget{Address: "192.0.2.10", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}},
-			},
-		},
-	}
+	return gen.VPNGateway(ns, name, gen.HostNetwork("node-1", "198.51.100.10"), gen.Exposure("api", "192.0.2.10", gen.Port(443)))
 }
 
 func hostileWireGuardGateway(ns, name string) *vpnv1.VPNGateway {
-	g := hostileGateway(ns, name)
-	g.Spec.Protocol = vpnv1.ProtocolWireGuard
-	g.Spec.WireGuard = &vpnv1.WireGuardGatewaySettings{ListenPort: 51820}
-	return g
+	return gen.VPNGatewayFrom(hostileGateway(ns, name), gen.WireGuardListenPort(51820))
 }
 
 func gatewayWith(mut func(*vpnv1.VPNGateway)) func(ns, name string) client.Object {
@@ -525,7 +514,7 @@ func wgGatewayWith(mut func(*vpnv1.VPNGateway)) func(ns, name string) client.Obj
 
 func peerWith(mut func(*vpnv1.VPNPeer)) func(ns, name string) client.Object {
 	return func(ns, name string) client.Object {
-		p := ipsecPeer(ns, name, "gw", []string{"10.20.0.0/16"}, nil)
+		p := gen.VPNPeer(ns, name, gen.RemoteSubnets("10.20.0.0/16"))
 		if mut != nil {
 			mut(p)
 		}
@@ -535,7 +524,7 @@ func peerWith(mut func(*vpnv1.VPNPeer)) func(ns, name string) client.Object {
 
 func wgPeerWith(mut func(*vpnv1.VPNPeer)) func(ns, name string) client.Object {
 	return func(ns, name string) client.Object {
-		p := wireguardPeer(ns, name, "gw", []string{"10.30.0.0/16"})
+		p := gen.VPNPeer(ns, name, gen.WireGuardPeer(testWGKey), gen.RemoteSubnets("10.30.0.0/16"))
 		mut(p)
 		return p
 	}
@@ -551,7 +540,7 @@ func gatewayRawWith(mut func(map[string]any)) func(ns, name string) client.Objec
 
 func peerRawWith(mut func(map[string]any)) func(ns, name string) client.Object {
 	return func(ns, name string) client.Object {
-		return toUnstructured(ipsecPeer(ns, name, "gw", []string{"10.20.0.0/16"}, nil), "VPNPeer", mut)
+		return toUnstructured(gen.VPNPeer(ns, name, gen.RemoteSubnets("10.20.0.0/16")), "VPNPeer", mut)
 	}
 }
 
@@ -721,19 +710,19 @@ func hostileAnswers() []hostileAnswer {
 			g := hostileGateway(ns, "gw")
 			g.Spec.ServiceCIDR = "100.120.48.0/24"
 			create(t, g, pskSecret(ns, "p"))
-			p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16", "100.120.48.128/25"}, nil)
+			p := gen.VPNPeer(ns, "p", gen.RemoteSubnets("10.20.0.0/16", "100.120.48.128/25"))
 			create(t, p)
 			return peerCondition(t, p, vpnv1.ConditionAuthorized, model.ReasonSubnetOverlapsServiceCIDR, "100.120.48.128/25")
 		}},
 		{"peer/subnet-overlaps-pod-cidr", func(t *testing.T, ns string) string {
 			create(t, hostileGateway(ns, "gw"), pskSecret(ns, "p"))
-			p := ipsecPeer(ns, "p", "gw", []string{"100.96.7.0/24"}, nil)
+			p := gen.VPNPeer(ns, "p", gen.RemoteSubnets("100.96.7.0/24"))
 			create(t, p)
 			return peerCondition(t, p, vpnv1.ConditionAuthorized, model.ReasonSubnetOverlapsClusterRange, "pod CIDR")
 		}},
 		{"peer/subnet-overlaps-internal-sources", func(t *testing.T, ns string) string {
 			create(t, hostileGateway(ns, "gw"), pskSecret(ns, "p"))
-			p := ipsecPeer(ns, "p", "gw", []string{"10.0.0.0/8"}, nil)
+			p := gen.VPNPeer(ns, "p", gen.RemoteSubnets("10.0.0.0/8"))
 			create(t, p)
 			return peerCondition(t, p, vpnv1.ConditionAuthorized, model.ReasonSubnetOverlapsClusterRange, "internal source")
 		}},
@@ -745,8 +734,8 @@ func hostileAnswers() []hostileAnswer {
 			tls := pskSecret(ns, "q")
 			tls.Type = corev1.SecretTypeTLS
 			tls.Data[corev1.TLSCertKey], tls.Data[corev1.TLSPrivateKeyKey] = []byte("cert"), []byte("key")
-			p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}})
-			q := ipsecPeer(ns, "q", "gw", []string{"10.30.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}})
+			p := gen.VPNPeer(ns, "p", gen.RemoteSubnets("10.20.0.0/16"), gen.Grants("api"))
+			q := gen.VPNPeer(ns, "q", gen.RemoteSubnets("10.30.0.0/16"), gen.Grants("api"))
 			create(t, g, tok, tls, p, q)
 			out := peerCondition(t, p, controller.ConditionCredentialsReady, controller.ReasonSecretTypeNotAllowed, "p-psk")
 			peerCondition(t, q, controller.ConditionCredentialsReady, controller.ReasonSecretTypeNotAllowed, "kubernetes.io/tls")
@@ -781,11 +770,11 @@ func hostileAnswers() []hostileAnswer {
 		}},
 		{"peer/duplicate-remote-id", func(t *testing.T, ns string) string {
 			g := hostileGateway(ns, "gw")
-			older := ipsecPeer(ns, "a-older", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}})
+			older := gen.VPNPeer(ns, "a-older", gen.RemoteSubnets("10.20.0.0/16"), gen.Grants("api"))
 			create(t, g, pskSecret(ns, "a-older"), pskSecret(ns, "b-younger"), older)
 			waitCondition(t, older, vpnv1.ConditionAuthorized, metav1.ConditionTrue, model.ReasonAuthorized)
 			time.Sleep(1100 * time.Millisecond) // creation timestamps have second resolution
-			younger := ipsecPeer(ns, "b-younger", "gw", []string{"10.30.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}})
+			younger := gen.VPNPeer(ns, "b-younger", gen.RemoteSubnets("10.30.0.0/16"), gen.Grants("api"))
 			younger.Spec.IPsec.Peer.ID = "A-Older.example.com" // the same identity as strongSwan compares it
 			create(t, younger)
 			out := peerCondition(t, younger, vpnv1.ConditionAuthorized, model.ReasonDuplicateIdentity, "a-older")
@@ -832,23 +821,23 @@ func hostileAnswers() []hostileAnswer {
 		}},
 		{"peer/unknown-grant", func(t *testing.T, ns string) string {
 			create(t, hostileGateway(ns, "gw"), pskSecret(ns, "p"))
-			p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api", "nope"}})
+			p := gen.VPNPeer(ns, "p", gen.RemoteSubnets("10.20.0.0/16"), gen.Grants("api", "nope"))
 			create(t, p)
 			return peerCondition(t, p, vpnv1.ConditionAuthorized, model.ReasonUnknownGrant, "nope")
 		}},
 		{"peer/ipsec-peer-on-wireguard-gateway", func(t *testing.T, ns string) string {
 			create(t, hostileWireGuardGateway(ns, "gw"), pskSecret(ns, "p"))
-			p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, nil)
+			p := gen.VPNPeer(ns, "p", gen.RemoteSubnets("10.20.0.0/16"))
 			create(t, p)
 			return peerCondition(t, p, vpnv1.ConditionAuthorized, model.ReasonProtocolMismatch, "wireguard")
 		}},
 		{"peer/overlapping-subnets-younger-peer", func(t *testing.T, ns string) string {
 			g := hostileGateway(ns, "gw")
-			older := ipsecPeer(ns, "a-older", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}})
+			older := gen.VPNPeer(ns, "a-older", gen.RemoteSubnets("10.20.0.0/16"), gen.Grants("api"))
 			create(t, g, pskSecret(ns, "a-older"), pskSecret(ns, "b-younger"), older)
 			waitCondition(t, older, vpnv1.ConditionAuthorized, metav1.ConditionTrue, model.ReasonAuthorized)
 			time.Sleep(1100 * time.Millisecond) // creation timestamps have second resolution
-			younger := ipsecPeer(ns, "b-younger", "gw", []string{"10.20.128.0/17"}, &vpnv1.Authorization{Exposures: []string{"api"}})
+			younger := gen.VPNPeer(ns, "b-younger", gen.RemoteSubnets("10.20.128.0/17"), gen.Grants("api"))
 			create(t, younger)
 			out := peerCondition(t, younger, vpnv1.ConditionAuthorized, model.ReasonSubnetConflict, "a-older")
 			waitCondition(t, older, vpnv1.ConditionAuthorized, metav1.ConditionTrue, model.ReasonAuthorized)
@@ -858,8 +847,8 @@ func hostileAnswers() []hostileAnswer {
 		{"peer/reverse-exposure-granted-to-second-disjoint-peer", func(t *testing.T, ns string) string {
 			g := hostileGateway(ns, "gw")
 			g.Spec.ReverseExposures = []vpnv1.ReverseExposure{{Name: "erp", Target: vpnv1.ReverseExposureTarget{Address: "10.20.0.5", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 1433})}}}
-			owner := ipsecPeer(ns, "owner", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{ReverseExposures: []string{"erp"}})
-			intruder := ipsecPeer(ns, "intruder", "gw", []string{"10.30.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}, ReverseExposures: []string{"erp"}})
+			owner := gen.VPNPeer(ns, "owner", gen.RemoteSubnets("10.20.0.0/16"), gen.ReverseGrants("erp"))
+			intruder := gen.VPNPeer(ns, "intruder", gen.RemoteSubnets("10.30.0.0/16"), gen.Grants("api"), gen.ReverseGrants("erp"))
 			create(t, g, pskSecret(ns, "owner"), pskSecret(ns, "intruder"), owner, intruder)
 			out := peerCondition(t, intruder, vpnv1.ConditionAuthorized, model.ReasonReverseExposureOutsideSubnets, "erp")
 			waitCondition(t, owner, vpnv1.ConditionAuthorized, metav1.ConditionTrue, model.ReasonAuthorized)
@@ -873,7 +862,7 @@ func hostileAnswers() []hostileAnswer {
 		}},
 		{"peer/psk-secret-missing", func(t *testing.T, ns string) string {
 			create(t, hostileGateway(ns, "gw"))
-			p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, nil)
+			p := gen.VPNPeer(ns, "p", gen.RemoteSubnets("10.20.0.0/16"))
 			create(t, p)
 			return peerCondition(t, p, controller.ConditionCredentialsReady, controller.ReasonSecretNotFound, "p-psk")
 		}},
@@ -881,7 +870,7 @@ func hostileAnswers() []hostileAnswer {
 			s := pskSecret(ns, "p")
 			s.Data = map[string][]byte{"pre-shared-key": []byte("wrong-key-name")}
 			create(t, hostileGateway(ns, "gw"), s)
-			p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, nil)
+			p := gen.VPNPeer(ns, "p", gen.RemoteSubnets("10.20.0.0/16"))
 			create(t, p)
 			return peerCondition(t, p, controller.ConditionCredentialsReady, controller.ReasonSecretKeyMissing, "psk")
 		}},
@@ -889,7 +878,7 @@ func hostileAnswers() []hostileAnswer {
 			s := pskSecret(ns, "p")
 			s.Data = map[string][]byte{"psk": {}}
 			create(t, hostileGateway(ns, "gw"), s)
-			p := ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, nil)
+			p := gen.VPNPeer(ns, "p", gen.RemoteSubnets("10.20.0.0/16"))
 			create(t, p)
 			return peerCondition(t, p, controller.ConditionCredentialsReady, controller.ReasonSecretKeyMissing, "psk")
 		}},

@@ -35,6 +35,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 // legacyGateway is the legacy form of ipsecGateway (host network, two exposures, one reverse
@@ -276,7 +277,7 @@ func TestLegacyAndUnifiedGatewayOfTheSameName(t *testing.T) {
 	u.Spec.Endpoint.HostNetwork.NodeName = "node-same-b"
 	u.Spec.ReverseExposures = nil // "<gateway>-<exposure>" Services are first come, first served
 	create(t, pskSecret(ns, "hq"), pskSecret(ns, "branch"), pskSecret(ns, "site"), g, u,
-		ipsecPeer(ns, "site", "acme", []string{"10.40.0.0/16"}, nil))
+		gen.VPNPeer(ns, "site", gen.OnGateway("acme"), gen.RemoteSubnets("10.40.0.0/16")))
 	legacyCondition(t, g, vpnv1.ConditionRendered, metav1.ConditionTrue, controller.ReasonApplied)
 	legacyCondition(t, g, vpnv1.ConditionAddressesAllocated, metav1.ConditionTrue, controller.ReasonAllocated)
 	waitCondition(t, u, vpnv1.ConditionRendered, metav1.ConditionTrue, controller.ReasonApplied)
@@ -559,7 +560,7 @@ func TestLegacyAgentWritesTunnels(t *testing.T) {
 
 	// The Role is enforced: the same client may not write a VPNPeer's status (there is none to
 	// write for a legacy gateway) nor another IPsecGateway's.
-	create(t, ipsecPeer(ns, "hq", "other", []string{"10.50.0.0/16"}, nil))
+	create(t, gen.VPNPeer(ns, "hq", gen.OnGateway("other"), gen.RemoteSubnets("10.50.0.0/16")))
 	err = kube.ApplyStatus(ctx, c, vpnv1.GroupVersion.WithKind("VPNPeer"), ns, "hq", status.FieldOwner, &vpnv1.VPNPeerStatus{})
 	if !apierrors.IsForbidden(err) {
 		t.Errorf("the legacy agent wrote a VPNPeer's status: %v", err)

@@ -19,6 +19,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
@@ -28,7 +29,7 @@ func TestChildrenOwnedAndRecreated(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	gw := ipsecGateway(ns, "gw")
-	create(t, gw, pskSecret(ns, "a"), ipsecPeer(ns, "a", "gw", []string{"10.20.0.0/16"}, nil))
+	create(t, gw, pskSecret(ns, "a"), gen.VPNPeer(ns, "a", gen.RemoteSubnets("10.20.0.0/16")))
 	waitCondition(t, gw, vpnv1.ConditionRendered, metav1.ConditionTrue, controller.ReasonApplied)
 
 	kids := map[string]client.Object{
@@ -224,7 +225,7 @@ func TestNoWritesAfterConvergence(t *testing.T) {
 	gw := ipsecGateway(ns, "gw")
 	objs := []client.Object{gw}
 	for _, name := range []string{"a", "b", "c"} {
-		objs = append(objs, pskSecret(ns, name), ipsecPeer(ns, name, "gw", []string{"10.20." + fmt.Sprint(len(objs)) + ".0/24"}, &vpnv1.Authorization{Exposures: []string{"api"}}))
+		objs = append(objs, pskSecret(ns, name), gen.VPNPeer(ns, name, gen.RemoteSubnets("10.20."+fmt.Sprint(len(objs))+".0/24"), gen.Grants("api")))
 	}
 	create(t, objs...)
 	waitCondition(t, gw, vpnv1.ConditionRendered, metav1.ConditionTrue, controller.ReasonApplied)

@@ -19,6 +19,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/lab/labcloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
 )
 
@@ -152,7 +153,7 @@ func TestPinnedFloatingIPCutover(t *testing.T) {
 	ns := namespace(t)
 	gw := ipsecGateway(ns, "pinned")
 	gw.Spec.Endpoint = vpnv1.Endpoint{FloatingIP: "203.0.113.77"}
-	create(t, gw, pskSecret(ns, "site"), ipsecPeer(ns, "site", "pinned", []string{"10.20.0.0/16"}, nil))
+	create(t, gw, pskSecret(ns, "site"), gen.VPNPeer(ns, "site", gen.OnGateway("pinned"), gen.RemoteSubnets("10.20.0.0/16")))
 
 	c := waitCondition(t, gw, vpnv1.ConditionEndpointReady, metav1.ConditionFalse, cloud.ReasonConflict)
 	if !strings.Contains(c.Message, vmPort) {

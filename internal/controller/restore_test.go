@@ -22,6 +22,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 // tampering is one edit of a gateway's child by someone other than the operator (a tenant
@@ -180,7 +181,7 @@ func TestTamperedChildrenAreRestored(t *testing.T) {
 	ns := namespace(t)
 	ctx := context.Background()
 	gw := ipsecGateway(ns, "gw")
-	create(t, gw, pskSecret(ns, "p"), ipsecPeer(ns, "p", "gw", []string{"10.20.0.0/16"}, nil))
+	create(t, gw, pskSecret(ns, "p"), gen.VPNPeer(ns, "p", gen.RemoteSubnets("10.20.0.0/16")))
 	waitCondition(t, gw, vpnv1.ConditionRendered, metav1.ConditionTrue, controller.ReasonApplied)
 	// The reverse exposure's Service address comes in a later pass: the children are
 	// converged, and what a case compares with, once the model carries it.

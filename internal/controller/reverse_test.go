@@ -19,6 +19,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 // runningPod creates a pod in ns and gives it an address, as the kubelet would.
@@ -86,7 +87,7 @@ func TestReverseExposuresReachedFromTheirTenant(t *testing.T) {
 	gw := ipsecGateway(ns, "gw")
 	gw.Spec.ReverseExposures[0].Target.Ports = vpnv1.Ports(vpnv1.PortSpec{Port: 1433}, vpnv1.PortSpec{Port: 161, TargetPort: 1161, Protocol: "udp"})
 	gw.Spec.ReverseExposureNamespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"vpn.example.com/acme": "client"}}
-	owner := ipsecPeer(ns, "owner", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{ReverseExposures: []string{"erp"}})
+	owner := gen.VPNPeer(ns, "owner", gen.RemoteSubnets("10.20.0.0/16"), gen.ReverseGrants("erp"))
 	create(t, gw, pskSecret(ns, "owner"), owner)
 
 	expectClients := func(want ...string) {
@@ -234,7 +235,7 @@ func TestReverseServiceNameTaken(t *testing.T) {
 	}
 	create(t, theirs)
 	gw := ipsecGateway(ns, "gw")
-	create(t, gw, pskSecret(ns, "owner"), ipsecPeer(ns, "owner", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{ReverseExposures: []string{"erp"}}))
+	create(t, gw, pskSecret(ns, "owner"), gen.VPNPeer(ns, "owner", gen.RemoteSubnets("10.20.0.0/16"), gen.ReverseGrants("erp")))
 	c := waitCondition(t, gw, controller.ConditionGrantsValid, metav1.ConditionFalse, controller.ReasonReverseServiceConflict)
 	if !strings.Contains(c.Message, "gw-erp") {
 		t.Errorf("condition %q does not name the Service", c.Message)

@@ -19,6 +19,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 // appliedModel reads the model the gateway's agent runs (its ConfigMap).
@@ -47,8 +48,8 @@ func TestRevocationLandsOnAnInvalidGateway(t *testing.T) {
 	ns := namespace(t)
 	ctx := context.Background()
 	gw := ipsecGateway(ns, "gw")
-	a := ipsecPeer(ns, "a", "gw", []string{"10.20.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api", "db"}, ReverseExposures: []string{"erp"}})
-	b := ipsecPeer(ns, "b", "gw", []string{"10.30.0.0/16"}, &vpnv1.Authorization{Exposures: []string{"api"}})
+	a := gen.VPNPeer(ns, "a", gen.RemoteSubnets("10.20.0.0/16"), gen.Grants("api", "db"), gen.ReverseGrants("erp"))
+	b := gen.VPNPeer(ns, "b", gen.RemoteSubnets("10.30.0.0/16"), gen.Grants("api"))
 	create(t, gw, pskSecret(ns, "a"), pskSecret(ns, "b"), a, b)
 	waitCondition(t, gw, vpnv1.ConditionRendered, metav1.ConditionTrue, controller.ReasonApplied)
 	eventually(t, 20*time.Second, func() error {

@@ -11,16 +11,12 @@ import (
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
+// wireguardGateway is a WireGuard gateway on node-wg without settings (no key reference).
 func wireguardGateway(ns, name string) *vpnv1.VPNGateway {
-	return &vpnv1.VPNGateway{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: vpnv1.VPNGatewaySpec{
-			Protocol: vpnv1.ProtocolWireGuard,
-			Endpoint: vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-wg", Address: "198.51.100.20"}},
-		},
-	}
+	return gen.VPNGateway(ns, name, gen.Protocol(vpnv1.ProtocolWireGuard), gen.HostNetwork("node-wg", "198.51.100.20"))
 }
 
 // Without a key reference the operator generates the private key into a Secret the gateway
