@@ -17,6 +17,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/hostnetwork"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
@@ -58,15 +59,11 @@ func node(t *testing.T, addrs ...string) string {
 // gateway creates a host-network VPNGateway and returns its request.
 func gateway(t *testing.T, ns, name, nodeName string, protocol vpnv1.Protocol, wgPort int32) cloud.Request {
 	t.Helper()
-	gw := &vpnv1.VPNGateway{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: vpnv1.VPNGatewaySpec{Protocol: protocol, Endpoint: vpnv1.Endpoint{
-			HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: nodeName},
-		}},
-	}
+	mods := []gen.GatewayMod{gen.Protocol(protocol), gen.HostNetwork(nodeName, "")}
 	if protocol == vpnv1.ProtocolWireGuard && wgPort != 0 {
-		gw.Spec.WireGuard = &vpnv1.WireGuardGatewaySettings{ListenPort: wgPort}
+		mods = append(mods, gen.WireGuardListenPort(wgPort))
 	}
+	gw := gen.VPNGateway(ns, name, mods...)
 	if err := env.Client.Create(context.Background(), gw); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/loadbalancer"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/operator"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
 
@@ -47,13 +48,11 @@ func namespace(t *testing.T) string {
 // gateway creates a VPNGateway (for a real UID to own the Service) and returns its request.
 func gateway(t *testing.T, ns, name string, protocol vpnv1.Protocol, lb vpnv1.LoadBalancerEndpoint) cloud.Request {
 	t.Helper()
-	gw := &vpnv1.VPNGateway{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       vpnv1.VPNGatewaySpec{Protocol: protocol, Endpoint: vpnv1.Endpoint{LoadBalancer: &lb}},
-	}
+	mods := []gen.GatewayMod{gen.Protocol(protocol), gen.LoadBalancer(lb)}
 	if protocol == vpnv1.ProtocolWireGuard {
-		gw.Spec.WireGuard = &vpnv1.WireGuardGatewaySettings{ListenPort: 51821}
+		mods = append(mods, gen.WireGuardListenPort(51821))
 	}
+	gw := gen.VPNGateway(ns, name, mods...)
 	if err := env.Client.Create(context.Background(), gw); err != nil {
 		t.Fatal(err)
 	}
