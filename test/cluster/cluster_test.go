@@ -84,6 +84,7 @@ func TestCluster(t *testing.T) {
 		{"3b backend replaced", test3bBackendReplaced},
 		{"3c kubectl vpn status and diagnose", test3cVPNStatusDiagnose},
 		{"3d diagnose names a proposal mismatch", test3dProposalMismatch},
+		{"3e the quick start's commands", test3eQuickStart},
 		{"4 peer added live", test4PeerAddedLive},
 		{"4b overlapping dark peer", test4bDarkPeer},
 		{"4c ServiceAccount token as PSK", test4cTokenAsPSK},
