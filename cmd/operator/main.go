@@ -110,6 +110,10 @@ func command() *cobra.Command {
 				}
 				cfg.OpenStack = p
 			}
+			// Every setting is checked before the cluster is looked for (Run checks again).
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
 			restCfg, err := ctrl.GetConfig()
 			if err != nil {
 				return err
@@ -129,6 +133,8 @@ func command() *cobra.Command {
 	f.StringSliceVar(&allowedTargets, "allowed-target-cidrs", nil, "when set, the only ranges exposure targets may lie in (as resolved: include the Service and pod CIDRs for Service targets)")
 	f.StringVar(&hostNetworkNamespaces, "host-network-namespace-selector", controller.DefaultHostNetworkNamespaces,
 		"label selector of the namespaces whose gateways may use a hostNetwork endpoint (an empty selector allows every namespace)")
+	f.StringSliceVar(&cfg.Options.GatewayNamespaces, "gateway-namespaces", nil,
+		"the namespaces the operator serves (ns1,ns2,...): it watches, reconciles and reads namespaced objects in these only, so its Secret permissions can be granted by a Role in each (empty: every namespace)")
 	f.IntVar(&cfg.Options.Limits.Gateways, "max-gateways-per-namespace", controller.DefaultNamespaceLimits.Gateways,
 		"gateways of one namespace that may hold a service CIDR (a new one beyond it gets NamespaceLimitReached; 0: no limit)")
 	f.IntVar(&cfg.Options.Limits.Addresses, "max-service-addresses-per-namespace", controller.DefaultNamespaceLimits.Addresses,

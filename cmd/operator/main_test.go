@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/version"
@@ -23,6 +24,27 @@ func TestVersion(t *testing.T) {
 		}
 		if linked != "" && version.Get() != linked {
 			t.Errorf("version.Get() = %q, linked %q", version.Get(), linked)
+		}
+	}
+}
+
+// --gateway-namespaces takes namespace names (DNS-1123 labels), each once; a bad list is
+// refused naming the flag and the name, before the cluster is looked for.
+func TestGatewayNamespacesFlag(t *testing.T) {
+	for _, tc := range []struct{ list, want string }{
+		{"tenant-a,Tenant_B", `--gateway-namespaces "Tenant_B": not a namespace name`},
+		{"tenant-a,-b", `--gateway-namespaces "-b": not a namespace name`},
+		{"tenant-a,tenant-a", `--gateway-namespaces "tenant-a": listed twice`},
+		{"tenant-a," + strings.Repeat("a", 64), `--gateway-namespaces "` + strings.Repeat("a", 64) + `"`},
+	} {
+		var out bytes.Buffer
+		cmd := command()
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs([]string{"--gateway-namespaces=" + tc.list, "--zap-log-level=error"})
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--gateway-namespaces=%s: %v, want an error containing %s", tc.list, err, tc.want)
 		}
 	}
 }

@@ -4,6 +4,8 @@
 package controller
 
 import (
+	"slices"
+
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
@@ -37,6 +39,15 @@ type Options struct {
 	HostNetworkNamespaces labels.Selector
 	// Limits bound what one namespace may hold of the service-CIDR address space.
 	Limits NamespaceLimits
+	// GatewayNamespaces are the namespaces the operator serves (--gateway-namespaces): its
+	// cache holds namespaced objects of these only, so nothing elsewhere is reconciled or read.
+	// Empty: every namespace.
+	GatewayNamespaces []string
+}
+
+// Serves is whether the operator serves (and caches) the namespace.
+func (o Options) Serves(namespace string) bool {
+	return len(o.GatewayNamespaces) == 0 || slices.Contains(o.GatewayNamespaces, namespace)
 }
 
 // NamespaceLimits bound what the gateways of one namespace hold, so one tenant cannot take the

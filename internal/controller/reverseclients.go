@@ -45,7 +45,9 @@ func (r *GatewayReconciler) reverseClients(ctx context.Context, gw *vpnv1.VPNGat
 			return nil, fmt.Errorf("listing namespaces: %w", err)
 		}
 		for _, ns := range list.Items {
-			if ns.Name != gw.Namespace && ns.DeletionTimestamp.IsZero() {
+			// The pods of a namespace the operator does not serve are not in its cache (nor
+			// may it read them): they do not reach the reverse exposures.
+			if ns.Name != gw.Namespace && ns.DeletionTimestamp.IsZero() && r.Options.Serves(ns.Name) {
 				namespaces = append(namespaces, ns.Name)
 			}
 		}

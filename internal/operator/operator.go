@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/validation"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -97,6 +98,16 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%s %q: must be IPv4 network addresses in CIDR notation", l.flag, s)
 			}
 		}
+	}
+	seen := map[string]bool{}
+	for _, ns := range c.GatewayNamespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("--gateway-namespaces %q: not a namespace name: %s", ns, strings.Join(errs, "; "))
+		}
+		if seen[ns] {
+			return fmt.Errorf("--gateway-namespaces %q: listed twice", ns)
+		}
+		seen[ns] = true
 	}
 	if c.Render.AgentImage == "" {
 		return fmt.Errorf("--agent-image must be set")
@@ -213,6 +224,22 @@ func ParsePrefixes(flag string, in []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
+// defaultNamespaces is the cache's DefaultNamespaces for --gateway-namespaces: every namespaced
+// kind the operator watches (gateways, peers, Secrets' metadata, children, pods, ...) is watched
+// in these namespaces only, so it neither reconciles nor reads, nor needs permission for,
+// anything elsewhere. Cluster-scoped kinds (nodes, namespaces, ClusterLinks) are not affected.
+// Nil (every namespace) when none are listed.
+func defaultNamespaces(namespaces []string) map[string]cache.Config {
+	if len(namespaces) == 0 {
+		return nil
+	}
+	out := make(map[string]cache.Config, len(namespaces))
+	for _, ns := range namespaces {
+		out[ns] = cache.Config{}
+	}
+	return out
+}
+
 // NewManager builds the manager with both reconcilers; the caller starts it. It needs the API
 // server (REST mappings of the cached types): Run waits for it and retries.
 func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Manager, error) {
@@ -248,8 +275,9 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 		// waiting LeaseDuration. Safe because controller-runtime releases it only after the
 		// leader's runnables stopped.
 		LeaderElectionReleaseOnCancel: true,
-		// The operator only caches the children it owns, not every Deployment or ConfigMap.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+		// The operator only caches the children it owns, not every Deployment or ConfigMap;
+		// with --gateway-namespaces, namespaced objects of those namespaces only.
+		Cache: cache.Options{DefaultNamespaces: defaultNamespaces(cfg.GatewayNamespaces), ByObject: map[client.Object]cache.ByObject{
 			&appsv1.Deployment{}:          byManaged,
 			&corev1.ConfigMap{}:           byManaged,
 			&corev1.ServiceAccount{}:      byManaged,
