@@ -293,6 +293,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"gateway.pod.resources.requests.cpu=lots", "'/gateway/pod/resources/requests/cpu'"},
 		{"gateway.pod.tolerations[0].effect=Never", "'/gateway/pod/tolerations/0/effect'"},
 		{"gateway.pod.imagePullSecrets[0].nam=regcred", "'/gateway/pod/imagePullSecrets/0'"},
+		{"operator.gatewayNamespaces={tenant-a,Tenant_B}", "'/operator/gatewayNamespaces/1'"},
+		{"operator.gatewayNamespaces={tenant-a,tenant-a}", "'/operator/gatewayNamespaces'"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			out, err := helm(t, "template", "bnerd-vpn-operator", chart, "--namespace", namespace, "--kube-version", kubeVersion, "--set", tc.set)
@@ -316,6 +318,100 @@ func TestChartLabValues(t *testing.T) {
 		"--openstack-clouds-yaml=/etc/openstack/clouds.yaml", "--openstack-cloud=lab", "--openstack-network-id=lab-provider", "--openstack-nad-master=lab-cprov", "--openstack-resync=15s"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
+		}
+	}
+}
+
+// rulesOf are the rules of a rendered Role or ClusterRole, as plain JSON values.
+func rulesOf(t *testing.T, u *unstructured.Unstructured) []any {
+	t.Helper()
+	rules, _, err := unstructured.NestedSlice(comparable(t, u), "rules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rules
+}
+
+// grantsSecrets is whether a rule names the secrets resource.
+func grantsSecrets(rule any) bool {
+	res, _ := rule.(map[string]any)["resources"].([]any)
+	return slices.Contains(res, any("secrets"))
+}
+
+// With operator.gatewayNamespaces the ClusterRole is the default one without its Secret rule;
+// each listed namespace gets a Role with exactly that rule and a RoleBinding to the operator's
+// ServiceAccount; the operator gets --gateway-namespaces. Everything else is the default
+// rendering, which (empty list) neither has such Roles nor the flag.
+func TestChartGatewayNamespaces(t *testing.T) {
+	defaults := render(t)
+	if args := operatorArgs(t, defaults); slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--gateway-namespaces") }) {
+		t.Errorf("no namespaces listed, args %q", args)
+	}
+	objs := render(t, "operator.gatewayNamespaces={tenant-a,tenant-b}")
+	if args := operatorArgs(t, objs); !slices.Contains(args, "--gateway-namespaces=tenant-a,tenant-b") {
+		t.Errorf("args %q lack --gateway-namespaces=tenant-a,tenant-b", args)
+	}
+
+	clusterRole := "ClusterRole /bnerd-vpn-operator"
+	var wantClusterRules, secretRules []any
+	for _, u := range defaults {
+		if key(u) != clusterRole {
+			continue
+		}
+		for _, r := range rulesOf(t, u) {
+			if grantsSecrets(r) {
+				secretRules = append(secretRules, r)
+			} else {
+				wantClusterRules = append(wantClusterRules, r)
+			}
+		}
+	}
+	want := map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"create", "get", "list", "watch"}}
+	if len(secretRules) != 1 || !reflect.DeepEqual(secretRules[0], want) {
+		t.Fatalf("the default ClusterRole's Secret rules %v, want one: %v", secretRules, want)
+	}
+
+	got := byKey(t, objs)
+	rest := byKey(t, defaults)
+	for k, w := range rest {
+		switch k {
+		case clusterRole, "Deployment bnerd-vpn-system/bnerd-vpn-operator":
+			continue
+		}
+		if g, ok := got[k]; !ok || !reflect.DeepEqual(g, w) {
+			t.Errorf("%s differs from the default rendering (present: %v)", k, ok)
+		}
+	}
+	for _, u := range objs {
+		k := key(u)
+		if _, ok := rest[k]; ok && k != clusterRole {
+			continue
+		}
+		switch {
+		case k == clusterRole:
+			if rules := rulesOf(t, u); !reflect.DeepEqual(rules, wantClusterRules) {
+				t.Errorf("ClusterRole rules:\n%v\nwant the default ones without the Secret rule:\n%v", rules, wantClusterRules)
+			}
+		case u.GetKind() == "Role" && u.GetName() == "bnerd-vpn-operator-secrets" && (u.GetNamespace() == "tenant-a" || u.GetNamespace() == "tenant-b"):
+			if rules := rulesOf(t, u); !reflect.DeepEqual(rules, secretRules) {
+				t.Errorf("%s rules %v, want %v", k, rules, secretRules)
+			}
+		case u.GetKind() == "RoleBinding" && u.GetName() == "bnerd-vpn-operator-secrets" && (u.GetNamespace() == "tenant-a" || u.GetNamespace() == "tenant-b"):
+			c := comparable(t, u)
+			wantRef := map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bnerd-vpn-operator-secrets"}
+			wantSubjects := []any{map[string]any{"kind": "ServiceAccount", "name": "bnerd-vpn-operator", "namespace": namespace}}
+			if !reflect.DeepEqual(c["roleRef"], wantRef) || !reflect.DeepEqual(c["subjects"], wantSubjects) {
+				t.Errorf("%s: roleRef %v, subjects %v", k, c["roleRef"], c["subjects"])
+			}
+		default:
+			t.Errorf("unexpected %s", k)
+		}
+	}
+	for _, ns := range []string{"tenant-a", "tenant-b"} {
+		for _, kind := range []string{"Role", "RoleBinding"} {
+			if _, ok := got[kind+" "+ns+"/bnerd-vpn-operator-secrets"]; !ok {
+				t.Errorf("no %s in %s", kind, ns)
+			}
 		}
 	}
 }

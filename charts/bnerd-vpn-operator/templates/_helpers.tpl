@@ -105,6 +105,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 - {{ printf "--openstack-nad-config-template=%s" . | quote }}
 {{- end }}
 {{- end }}
+{{- with $v.operator.gatewayNamespaces }}
+- --gateway-namespaces={{ join "," . }}
+{{- end }}
 {{- range $v.operator.extraArgs }}
 - {{ . }}
 {{- end }}
