@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +17,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wgtest"
 )
@@ -46,18 +46,11 @@ func TestClusterLinkServiceCluster(t *testing.T) {
 	ns := newNamespace(t, "e2e-clusterlink")
 	gwKey, siteKey := wgtest.NewKey(t), wgtest.NewKey(t)
 	objs := []client.Object{
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw-key"}, Data: map[string][]byte{"privateKey": []byte(gwKey.String())}},
-		&vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"}, Spec: vpnv1.VPNGatewaySpec{
-			Protocol:         vpnv1.ProtocolWireGuard,
-			Endpoint:         vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.1"}},
-			Exposures:        []vpnv1.Exposure{{Name: "svc", Target: vpnv1.ExposureTarget{Address: "100.72.0.5", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 9100})}}},
-			ReverseExposures: []vpnv1.ReverseExposure{{Name: "erp", Target: vpnv1.ReverseExposureTarget{Address: "203.0.113.20", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 9000})}}},
-			WireGuard:        &vpnv1.WireGuardGatewaySettings{ListenPort: 51820, PrivateKeySecretRef: &vpnv1.SecretKeyRef{Name: "gw-key", Key: "privateKey"}},
-		}},
-		&vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "site"}, Spec: vpnv1.VPNPeerSpec{
-			GatewayRef: "gw",
-			WireGuard:  &vpnv1.WireGuardPeer{PublicKey: siteKey.PublicKey().String(), Subnets: []string{"203.0.113.16/28"}},
-		}},
+		gen.WireGuardKeySecret(ns, "gw-key", gwKey.String()),
+		gen.VPNGateway(ns, "gw", gen.HostNetwork("node-1", "198.51.100.1"),
+			gen.Exposure("svc", "100.72.0.5", gen.Port(9100)), gen.ReverseExposure("erp", "203.0.113.20", gen.Port(9000)),
+			gen.WireGuardListenPort(51820), gen.WireGuardPrivateKey("gw-key", "privateKey")),
+		gen.VPNPeer(ns, "site", gen.WireGuardPeer(siteKey.PublicKey().String()), gen.RemoteSubnets("203.0.113.16/28")),
 	}
 	gateway := createRendered(t, ns, objs, func(gw *vpnv1.VPNGateway) error {
 		if gw.Status.AuthorizedPeers != 1 || len(gw.Status.Exposures) != 1 {

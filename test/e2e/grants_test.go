@@ -20,6 +20,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wgtest"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -55,23 +56,14 @@ func TestTwoPeersDifferentGrants(t *testing.T) {
 	gwKey, keyA, keyB := wgtest.NewKey(t), wgtest.NewKey(t), wgtest.NewKey(t)
 	secrets := map[string][]byte{"gw": []byte(gwKey.String())}
 	objs := []client.Object{
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw-key"}, Data: map[string][]byte{"privateKey": secrets["gw"]}},
-		&vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"}, Spec: vpnv1.VPNGatewaySpec{
-			Protocol: vpnv1.ProtocolWireGuard,
-			Endpoint: vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.1"}},
-			Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "198.51.100.130", Ports: vpnv1.Ports(
-				vpnv1.PortSpec{Port: 80, TargetPort: 8080}, vpnv1.PortSpec{Port: 53, TargetPort: 5353, Protocol: vpnv1.PortProtocolUDP})}}},
-			ReverseExposures: []vpnv1.ReverseExposure{{Name: "erp", Target: vpnv1.ReverseExposureTarget{Address: "203.0.113.20", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 9000})}}},
-			WireGuard:        &vpnv1.WireGuardGatewaySettings{ListenPort: 51820, PrivateKeySecretRef: &vpnv1.SecretKeyRef{Name: "gw-key", Key: "privateKey"}},
-		}},
-		&vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "site-a"}, Spec: vpnv1.VPNPeerSpec{
-			GatewayRef: "gw", Authorization: &vpnv1.Authorization{Exposures: []string{"web"}},
-			WireGuard: &vpnv1.WireGuardPeer{PublicKey: keyA.PublicKey().String(), Subnets: []string{"203.0.113.0/28"}},
-		}},
-		&vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "site-b"}, Spec: vpnv1.VPNPeerSpec{
-			GatewayRef: "gw", Authorization: &vpnv1.Authorization{ReverseExposures: []string{"erp"}},
-			WireGuard: &vpnv1.WireGuardPeer{PublicKey: keyB.PublicKey().String(), Subnets: []string{"203.0.113.16/28"}},
-		}},
+		gen.WireGuardKeySecret(ns, "gw-key", string(secrets["gw"])),
+		gen.VPNGateway(ns, "gw", gen.HostNetwork("node-1", "198.51.100.1"),
+			gen.Exposure("web", "198.51.100.130",
+				vpnv1.PortSpec{Port: 80, TargetPort: 8080}, vpnv1.PortSpec{Port: 53, TargetPort: 5353, Protocol: vpnv1.PortProtocolUDP}),
+			gen.ReverseExposure("erp", "203.0.113.20", gen.Port(9000)),
+			gen.WireGuardListenPort(51820), gen.WireGuardPrivateKey("gw-key", "privateKey")),
+		gen.VPNPeer(ns, "site-a", gen.Grants("web"), gen.WireGuardPeer(keyA.PublicKey().String()), gen.RemoteSubnets("203.0.113.0/28")),
+		gen.VPNPeer(ns, "site-b", gen.ReverseGrants("erp"), gen.WireGuardPeer(keyB.PublicKey().String()), gen.RemoteSubnets("203.0.113.16/28")),
 	}
 	// the gateway's tenant: a pod at 198.51.100.130 (198.51.100.131 is inside internalSourceCIDRs
 	// too, but no pod of this namespace)

@@ -27,10 +27,8 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -42,6 +40,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/charontest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wgtest"
 	"golang.zx2c4.com/wireguard/wgctrl"
@@ -741,28 +740,22 @@ func newLab(tb testing.TB, proto vpnv1.Protocol, k8sNamespace, prefix string) *l
 	echoServers(tb, l.lan.Name, labBackend, labOtherPort)
 
 	l.k8sNS = newNamespace(tb, k8sNamespace)
-	ports := func(target int32) []intstr.IntOrString {
-		return vpnv1.Ports(vpnv1.PortSpec{Port: 80, TargetPort: target}, vpnv1.PortSpec{Port: 53, TargetPort: target, Protocol: vpnv1.PortProtocolUDP})
+	ports := func(target int32) []vpnv1.PortSpec {
+		return []vpnv1.PortSpec{{Port: 80, TargetPort: target}, {Port: 53, TargetPort: target, Protocol: vpnv1.PortProtocolUDP}}
 	}
-	gw := &vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: "gw"}, Spec: vpnv1.VPNGatewaySpec{
-		Protocol: proto,
-		Endpoint: vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: labGatewayAddr.String()}},
-		Exposures: []vpnv1.Exposure{
-			{Name: "web", Target: vpnv1.ExposureTarget{Address: labBackend.String(), Ports: ports(labWebPort)}},
-			{Name: "other", Target: vpnv1.ExposureTarget{Address: labBackend.String(), Ports: ports(labOtherPort)}},
-		},
-	}}
+	mods := []gen.GatewayMod{gen.Protocol(proto), gen.HostNetwork("node-1", labGatewayAddr.String()),
+		gen.Exposure("web", labBackend.String(), ports(labWebPort)...),
+		gen.Exposure("other", labBackend.String(), ports(labOtherPort)...)}
 	if proto == vpnv1.ProtocolIPsec {
-		dpd := metav1.Duration{Duration: time.Second}
-		gw.Spec.IPsec = &vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{DPD: &vpnv1.DPDSettings{Delay: &dpd}}}
+		mods = append(mods, gen.DPDDelay(time.Second))
 	} else {
 		l.gwKey = wgtest.NewKey(tb)
-		if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: "gw-key"},
-			Data: map[string][]byte{"privateKey": []byte(l.gwKey.String())}}); err != nil {
+		if err := env.Client.Create(ctx, gen.WireGuardKeySecret(l.k8sNS, "gw-key", l.gwKey.String())); err != nil {
 			tb.Fatal(err)
 		}
-		gw.Spec.WireGuard = &vpnv1.WireGuardGatewaySettings{ListenPort: 51820, PrivateKeySecretRef: &vpnv1.SecretKeyRef{Name: "gw-key", Key: "privateKey"}}
+		mods = append(mods, gen.WireGuardListenPort(51820), gen.WireGuardPrivateKey("gw-key", "privateKey"))
 	}
+	gw := gen.VPNGateway(l.k8sNS, "gw", mods...)
 	if err := env.Client.Create(ctx, gw); err != nil {
 		tb.Fatal(err)
 	}
@@ -1036,23 +1029,17 @@ func (l *lab) createPeer(s *labSite, exposures ...string) time.Time {
 func (l *lab) createPeerWith(s *labSite, subnets []string, auth *vpnv1.Authorization) time.Time {
 	l.tb.Helper()
 	ctx := context.Background()
-	peer := &vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: s.name}, Spec: vpnv1.VPNPeerSpec{
-		GatewayRef: "gw", Authorization: auth}}
+	mods := []gen.PeerMod{gen.Authorization(auth)}
 	if l.proto == vpnv1.ProtocolIPsec {
-		if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: s.name + "-psk"},
-			Data: map[string][]byte{"psk": []byte(s.psk)}}); err != nil {
+		if err := env.Client.Create(ctx, gen.PSKSecret(l.k8sNS, s.name, s.psk)); err != nil {
 			l.tb.Fatal(err)
 		}
-		peer.Spec.IPsec = &vpnv1.IPsecPeer{
-			Peer:          vpnv1.IPsecRemote{Address: s.ext.String(), ID: s.name + ".example.com"},
-			RemoteSubnets: subnets,
-			PSKSecretRef:  vpnv1.SecretKeyRef{Name: s.name + "-psk", Key: "psk"},
-		}
+		mods = append(mods, gen.IPsecPeer(s.ext.String(), s.name+".example.com"))
 	} else {
-		keepalive := int32(1)
-		peer.Spec.WireGuard = &vpnv1.WireGuardPeer{PublicKey: s.key.PublicKey().String(), Subnets: subnets,
-			Endpoint: netip.AddrPortFrom(s.ext, 51821).String(), PersistentKeepalive: &keepalive}
+		mods = append(mods, gen.WireGuardPeer(s.key.PublicKey().String()),
+			gen.WireGuardEndpoint(netip.AddrPortFrom(s.ext, 51821).String()), gen.PersistentKeepalive(1))
 	}
+	peer := gen.VPNPeer(l.k8sNS, s.name, append(mods, gen.RemoteSubnets(subnets...))...)
 	at := time.Now()
 	if err := env.Client.Create(ctx, peer); err != nil {
 		l.tb.Fatal(err)

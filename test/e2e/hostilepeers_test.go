@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,6 +15,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/charontest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
 // Hostile peers (docs/design.md "Security model"), with real daemons and real packets.
@@ -118,18 +118,11 @@ func TestPSKProvesOneIdentity(t *testing.T) {
 	hq, victim, attacker := l.newSite("hq"), l.newSite("victim"), l.newSite("attacker")
 	l.createPeer(hq, "other")
 	// The victim roams: address %any, a specific ID; it is granted web.
-	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: "victim-psk"},
-		Data: map[string][]byte{"psk": []byte(victim.psk)}}); err != nil {
+	if err := env.Client.Create(ctx, gen.PSKSecret(l.k8sNS, "victim", victim.psk)); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.Client.Create(ctx, &vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: "victim"}, Spec: vpnv1.VPNPeerSpec{
-		GatewayRef: "gw", Authorization: &vpnv1.Authorization{Exposures: []string{"web"}},
-		IPsec: &vpnv1.IPsecPeer{
-			Peer:          vpnv1.IPsecRemote{Address: "%any", ID: "victim.example.com"},
-			RemoteSubnets: []string{victim.subnet.String()},
-			PSKSecretRef:  vpnv1.SecretKeyRef{Name: "victim-psk", Key: "psk"},
-		},
-	}}); err != nil {
+	if err := env.Client.Create(ctx, gen.VPNPeer(l.k8sNS, "victim", gen.Grants("web"),
+		gen.IPsecPeer("%any", "victim.example.com"), gen.RemoteSubnets(victim.subnet.String()))); err != nil {
 		t.Fatal(err)
 	}
 	agent := l.startAgent()

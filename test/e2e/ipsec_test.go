@@ -7,12 +7,11 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/charontest"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
@@ -69,23 +68,11 @@ func TestIPsecTunnelPeerLossAndReturn(t *testing.T) {
 	netns.Open(t, lan.Name).Start("socat", "TCP-LISTEN:8080,reuseaddr,fork", "SYSTEM:echo web-ok")
 
 	ns := newNamespace(t, "e2e-ipsec")
-	dpd := metav1.Duration{Duration: time.Second}
 	objs := []client.Object{
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "site-a-psk"}, Data: map[string][]byte{"psk": []byte(sitePSK)}},
-		&vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"}, Spec: vpnv1.VPNGatewaySpec{
-			Protocol:  vpnv1.ProtocolIPsec,
-			Endpoint:  vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.1"}},
-			Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "198.51.100.130", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 80, TargetPort: 8080})}}},
-			IPsec:     &vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{DPD: &vpnv1.DPDSettings{Delay: &dpd}}},
-		}},
-		&vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "site-a"}, Spec: vpnv1.VPNPeerSpec{
-			GatewayRef: "gw",
-			IPsec: &vpnv1.IPsecPeer{
-				Peer:          vpnv1.IPsecRemote{Address: "198.51.100.2", ID: "site-a.example.com"},
-				RemoteSubnets: []string{"203.0.113.0/28"},
-				PSKSecretRef:  vpnv1.SecretKeyRef{Name: "site-a-psk", Key: "psk"},
-			},
-		}},
+		gen.PSKSecret(ns, "site-a", sitePSK),
+		gen.VPNGateway(ns, "gw", gen.HostNetwork("node-1", "198.51.100.1"),
+			gen.Exposure("web", "198.51.100.130", vpnv1.PortSpec{Port: 80, TargetPort: 8080}), gen.DPDDelay(time.Second)),
+		gen.VPNPeer(ns, "site-a", gen.IPsecPeer("198.51.100.2", "site-a.example.com"), gen.RemoteSubnets("203.0.113.0/28")),
 	}
 	gateway := createRendered(t, ns, objs, nil)
 	vip := gateway.Status.Exposures[0].VirtualIP

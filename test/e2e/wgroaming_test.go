@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wgtest"
 )
 
@@ -49,11 +49,8 @@ func testWireGuardAgentKill(t *testing.T, mode string) {
 	l.configureDevice(a)
 	// The VPNPeer of a roaming site: no endpoint, no keepalive. The gateway learns where the
 	// site is from its handshakes.
-	if err := env.Client.Create(context.Background(), &vpnv1.VPNPeer{
-		ObjectMeta: metav1.ObjectMeta{Namespace: l.k8sNS, Name: a.name},
-		Spec: vpnv1.VPNPeerSpec{GatewayRef: "gw", Authorization: &vpnv1.Authorization{Exposures: []string{"web"}},
-			WireGuard: &vpnv1.WireGuardPeer{PublicKey: a.key.PublicKey().String(), Subnets: []string{a.subnet.String()}}},
-	}); err != nil {
+	if err := env.Client.Create(context.Background(), gen.VPNPeer(l.k8sNS, a.name, gen.Grants("web"),
+		gen.WireGuardPeer(a.key.PublicKey().String()), gen.RemoteSubnets(a.subnet.String()))); err != nil {
 		t.Fatal(err)
 	}
 	l.waitAgentReady(agent, 30*time.Second)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,6 +15,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	rwg "github.com/bnerd/bnerd-vpn-operator/internal/render/wireguard"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/wgtest"
 )
@@ -39,17 +39,11 @@ func TestWireGuardTunnelToStatus(t *testing.T) {
 	ns := newNamespace(t, "e2e-wireguard")
 	gwKey, siteKey := wgtest.NewKey(t), wgtest.NewKey(t)
 	objs := []client.Object{
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw-key"}, Data: map[string][]byte{"privateKey": []byte(gwKey.String())}},
-		&vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"}, Spec: vpnv1.VPNGatewaySpec{
-			Protocol:  vpnv1.ProtocolWireGuard,
-			Endpoint:  vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.1"}},
-			Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Address: "192.0.2.10", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 80, TargetPort: 8080})}}},
-			WireGuard: &vpnv1.WireGuardGatewaySettings{ListenPort: 51820, PrivateKeySecretRef: &vpnv1.SecretKeyRef{Name: "gw-key", Key: "privateKey"}},
-		}},
-		&vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "site-a"}, Spec: vpnv1.VPNPeerSpec{
-			GatewayRef: "gw",
-			WireGuard:  &vpnv1.WireGuardPeer{PublicKey: siteKey.PublicKey().String(), Subnets: []string{"203.0.113.0/28"}},
-		}},
+		gen.WireGuardKeySecret(ns, "gw-key", gwKey.String()),
+		gen.VPNGateway(ns, "gw", gen.HostNetwork("node-1", "198.51.100.1"),
+			gen.Exposure("web", "192.0.2.10", vpnv1.PortSpec{Port: 80, TargetPort: 8080}),
+			gen.WireGuardListenPort(51820), gen.WireGuardPrivateKey("gw-key", "privateKey")),
+		gen.VPNPeer(ns, "site-a", gen.WireGuardPeer(siteKey.PublicKey().String()), gen.RemoteSubnets("203.0.113.0/28")),
 	}
 	gateway := createRendered(t, ns, objs, nil)
 	serviceCIDR := netip.MustParsePrefix(gateway.Status.ServiceCIDR)

@@ -103,3 +103,10 @@ func SecretData(key, value string) SecretFunc {
 func PSKSecret(namespace, peer, psk string, mods ...SecretMod) *corev1.Secret {
 	return Secret(namespace, peer+"-psk", append([]SecretMod{SecretData(PSKKey, psk)}, mods...)...)
 }
+
+// WireGuardKeySecret is a Secret holding a WireGuard private key under "privateKey", the key
+// a gateway names with WireGuardPrivateKey(name, "privateKey") and the operator writes when it
+// generates one.
+func WireGuardKeySecret(namespace, name, privateKey string, mods ...SecretMod) *corev1.Secret {
+	return Secret(namespace, name, append([]SecretMod{SecretData("privateKey", privateKey)}, mods...)...)
+}

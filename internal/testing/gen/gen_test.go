@@ -41,6 +41,12 @@ func TestDefaults(t *testing.T) {
 	if s.Name != p.Spec.IPsec.PSKSecretRef.Name || string(s.Data[p.Spec.IPsec.PSKSecretRef.Key]) != "secret" || s.Namespace != "tenant" {
 		t.Errorf("PSKSecret %+v is not the Secret the default peer names (%+v)", s, p.Spec.IPsec.PSKSecretRef)
 	}
+
+	key := gen.WireGuardKeySecret("tenant", "gw-key", "private")
+	ref := gen.VPNGateway("tenant", "gw", gen.WireGuardPrivateKey("gw-key", "privateKey")).Spec.WireGuard.PrivateKeySecretRef
+	if key.Name != ref.Name || string(key.Data[ref.Key]) != "private" {
+		t.Errorf("WireGuardKeySecret %+v is not the Secret %+v names", key, ref)
+	}
 }
 
 // Switching a peer's protocol keeps its subnets and drops the other protocol's settings;
