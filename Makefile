@@ -13,7 +13,7 @@ help: ## list targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 $(CONTROLLER_GEN):
-	@mkdir -p $(BIN)/tmp-cg && GOBIN=$(BIN)/tmp-cg go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+	@mkdir -p $(BIN)/tmp-cg && GOBIN=$(BIN)/tmp-cg $(STATIC) go install $(TRIM) sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	@mv $(BIN)/tmp-cg/controller-gen $@ && rmdir $(BIN)/tmp-cg
 
 .PHONY: generate

@@ -11,7 +11,7 @@ if [ ! -x "$bin" ]; then
   tmp=$(mktemp -d "$root/bin/tools/.crd-ref-docs.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
   echo "crd-ref-docs.sh: building github.com/elastic/crd-ref-docs@$version" >&2
-  (cd "$tmp" && GOBIN="$tmp" go install "github.com/elastic/crd-ref-docs@$version") >&2
+  (cd "$tmp" && GOBIN="$tmp" CGO_ENABLED=0 go install -trimpath "github.com/elastic/crd-ref-docs@$version") >&2
   mv "$tmp/crd-ref-docs" "$bin"
 fi
 echo "$bin"

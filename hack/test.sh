@@ -29,7 +29,7 @@ hack/golangci-lint.sh >"$bin/golangci-lint.log" 2>&1 &
 rc=0
 hack/stage.sh verify-generated "${make[@]}" verify-generated &&
   hack/stage.sh lint "${make[@]}" lint &&
-  hack/stage.sh kube-apiserver hack/lab/build-kube.sh apiserver >/dev/null || rc=$?
+  hack/stage.sh kube-apiserver bash -c 'hack/lab/build-kube.sh apiserver >/dev/null' || rc=$?
 wait "$prep" || { prc=$?; [ $rc != 0 ] || rc=$prc; }
 cat "$prep_log"
 [ $rc != 0 ] || hack/test-binaries.sh >/dev/null || rc=$?
