@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -63,6 +64,9 @@ type Config struct {
 	SkipControllerNameValidation bool
 	// OpenStack, when set, provisions floatingIP / floatingIPPool endpoints.
 	OpenStack cloud.Provider
+	// Logger is the manager's logger (its reconcilers', caches' and event recorder's); the
+	// global ctrl.Log when unset.
+	Logger logr.Logger
 }
 
 // Scheme holds every type the operator reads or writes.
@@ -260,6 +264,7 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 	managed := labels.SelectorFromSet(labels.Set{controller.LabelManagedBy: controller.LabelManagedByValue})
 	byManaged := cache.ByObject{Label: managed}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Logger:                              cfg.Logger,
 		Scheme:                              Scheme(),
 		Metrics:                             metricsserver.Options{BindAddress: cfg.MetricsAddr},
 		HealthProbeBindAddress:              cfg.HealthAddr,
