@@ -9,52 +9,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gatewaypod"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/golden"
 )
-
-// tsLines prefixes each line with the API server's timestamp (timestamps=true), one second
-// apart from base.
-func tsLines(base time.Time, lines ...string) []byte {
-	var b strings.Builder
-	for i, l := range lines {
-		b.WriteString(base.Add(time.Duration(i) * time.Second).UTC().Format(time.RFC3339Nano))
-		b.WriteString(" ")
-		b.WriteString(l)
-		b.WriteString("\n")
-	}
-	return []byte(b.String())
-}
-
-const secretValue = "lab-hq-SuperSecret0123456789"
-
-// What charon and the agent may log around a key, at debug levels or by mistake: none of it
-// may reach diagnose's output (the lines internal/kubectlvpn/diagnose's log filter is tested
-// with, here through the whole command).
-var secretLines = struct{ charon, agent []string }{
-	charon: []string{
-		`11[CFG] <hq|9> loaded IKE shared key with id 'hq-psk' for: 'hq.acme.example'`,
-		`11[LIB] <hq|9> psk = ` + secretValue,
-		`11[IKE] <hq|9> shared key => 0x` + "6c61622d68712d5375706572536563726574",
-		`11[CFG] <hq|9> received proposals: IKE:` + secretValue,
-		`11[CFG] <hq|9> secret: "` + secretValue + `"`,
-		`11[IKE] <9> ` + secretValue + ` is initiating an IKE_SA`,
-		secretValue,
-		`11[CFG] <hq|9> configured proposals: IKE:AES_CBC_256/HMAC_SHA2_256_128/PRF_HMAC_SHA2_256/MODP_2048 ` + secretValue,
-	},
-	agent: []string{
-		`{"level":"error","ts":"2025-01-01T12:00:00Z","msg":"applying configuration failed; keeping the last good one","error":"psk ` + secretValue + ` rejected","retryIn":"2s"}`,
-		`{"level":"error","ts":"2025-01-01T12:00:00Z","msg":"` + secretValue + ` leaked"}`,
-		`{"level":"info","ts":"2025-01-01T12:00:00Z","msg":"tunnel negotiation failed","connection":"hq","state":"AuthFailed","message":"secret ` + secretValue + `"}`,
-		`{"level":"error","ts":"2025-01-01T12:00:00Z","msg":"initiate failed","connection":"hq","state":"` + secretValue + ` x"}`,
-		`panic: ` + secretValue,
-	},
-}
 
 // acmeCharon is charon's log in acme-gw's pod: hq's tunnel up, mismatch's device proposing
 // what the gateway does not allow (it answers NO_PROPOSAL_CHOSEN to the gateway's own
 // initiations too), and lines that must never be shown.
 func acmeCharon() []byte {
-	return tsLines(testNow.Add(-3*time.Minute), append([]string{
+	return gatewaypod.Log(testNow.Add(-3*time.Minute), append([]string{
 		`00[DMN] Starting IKE charon daemon (strongSwan 5.9.8, Linux 6.1.0, x86_64)`,
 		`10[IKE] <hq|1> initiating IKE_SA hq[1] to 198.51.100.6`,
 		`11[NET] <hq|1> received packet: from 198.51.100.6[500] to 192.0.2.1[500] (248 bytes)`,
@@ -69,16 +32,16 @@ func acmeCharon() []byte {
 		`09[IKE] <3> received proposals unacceptable`,
 		`09[ENC] <3> generating IKE_SA_INIT response 0 [ N(NO_PROP) ]`,
 		`11[CFG] <hq|1> psk = ` + labPSK,
-	}, secretLines.charon...)...)
+	}, gatewaypod.CharonSecretLines()...)...)
 }
 
 func acmeAgentLog() []byte {
-	return tsLines(testNow.Add(-20*time.Minute), append([]string{
+	return gatewaypod.Log(testNow.Add(-20*time.Minute), append([]string{
 		`{"level":"info","ts":"2025-01-01T11:40:00Z","logger":"agent","msg":"configuration applied","generation":1,"took":"12ms"}`,
 		`{"level":"error","ts":"2025-01-01T11:40:01Z","logger":"agent","msg":"gateway configuration refused; keeping the last applied one","error":"ConfigMap carries ruleset.nft besides model.json"}`,
 		`{"level":"info","ts":"2025-01-01T11:40:02Z","logger":"agent","msg":"tunnel negotiation failed","connection":"mismatch","state":"NoProposalChosen","message":"received NO_PROPOSAL_CHOSEN notify error"}`,
 		`{"level":"info","ts":"2025-01-01T11:40:03Z","logger":"agent","msg":"loaded connection","connection":"hq","peer":"hq","psk":"` + labPSK + `"}`,
-	}, secretLines.agent...)...)
+	}, gatewaypod.AgentSecretLines()...)...)
 }
 
 func TestDiagnoseWithAgent(t *testing.T) {
@@ -111,7 +74,7 @@ func TestDiagnoseWithAgent(t *testing.T) {
 			t.Errorf("no %q in the output", want)
 		}
 	}
-	if strings.Contains(out, secretValue) || strings.Contains(out, labPSK) {
+	if strings.Contains(out, gatewaypod.SecretValue) || strings.Contains(out, labPSK) {
 		t.Errorf("a secret is in the output")
 	}
 	assertNoSecrets(t, reqs, out)

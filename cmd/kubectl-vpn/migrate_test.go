@@ -16,54 +16,15 @@ import (
 	ipsecv1 "github.com/bnerd/bnerd-vpn-operator/api/ipsec/v1alpha1"
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/kubectlvpn/migrate"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 )
 
-// legacyGateway is an IPsecGateway as the API server returns it once the operator has
-// reconciled it: service CIDR allocated, virtual IPs assigned, address known, tunnels up (the
-// one internal/kubectlvpn/migrate's plan is tested with).
-func legacyGateway(tunnels ...string) *ipsecv1.IPsecGateway {
-	g := &ipsecv1.IPsecGateway{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "acme", Generation: 3, UID: "legacy-uid"},
-		Spec: ipsecv1.IPsecGatewaySpec{
-			Mode:     vpnv1.ModeSNAT,
-			Endpoint: vpnv1.Endpoint{FloatingIPPool: "public"},
-			Exposures: []vpnv1.Exposure{
-				{Name: "web", Target: vpnv1.ExposureTarget{Service: &vpnv1.ServiceRef{Name: "web"}, Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}},
-				{Name: "db", Target: vpnv1.ExposureTarget{Address: "10.0.0.7", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 5432})}, VirtualIP: "100.64.7.20"},
-			},
-			ReverseExposures: []vpnv1.ReverseExposure{
-				{Name: "printer", Target: vpnv1.ReverseExposureTarget{Address: "192.168.10.50", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 9100})}},
-			},
-			IKE: vpnv1.IKESettings{Version: 2, Proposals: []string{"aes256gcm16-prfsha256-ecp256"}, RekeyTime: &metav1.Duration{Duration: 8 * time.Hour}},
-		},
-		Status: ipsecv1.IPsecGatewayStatus{
-			ObservedGeneration: 3,
-			ServiceCIDR:        "100.64.7.0/24",
-			PublicAddress:      "198.51.100.7",
-			Exposures:          []vpnv1.ExposureStatus{{Name: "web", VirtualIP: "100.64.7.10"}, {Name: "db", VirtualIP: "100.64.7.20"}},
-			ReverseExposures:   []vpnv1.ExposureStatus{{Name: "printer", VirtualIP: "100.64.7.200", Service: "acme-printer", Ports: []string{"9100/TCP"}}},
-		},
-	}
-	subnets := map[string][]string{"hq": {"192.168.10.0/24"}, "branch": {"10.30.0.0/16", "10.31.0.0/16"}}
-	for _, t := range tunnels {
-		g.Spec.Tunnels = append(g.Spec.Tunnels, ipsecv1.Tunnel{
-			Name:          t,
-			Peer:          vpnv1.IPsecRemote{Address: "203.0.113." + map[string]string{"hq": "9", "branch": "10"}[t], ID: t + ".acme.example"},
-			RemoteSubnets: subnets[t],
-			ESP:           vpnv1.ESPSettings{Proposals: []string{"aes256gcm16-ecp256"}},
-			PSKSecretRef:  vpnv1.SecretKeyRef{Name: t + "-psk", Key: "psk"},
-		})
-		g.Status.Tunnels = append(g.Status.Tunnels, ipsecv1.TunnelStatus{Name: t, State: "Established"})
-	}
-	return g
-}
-
-// createLegacy creates the IPsecGateway of legacyGateway in ns with the status the operator
-// would have written.
+// createLegacy creates gen.ReconciledIPsecGateway's IPsecGateway in ns with the status the
+// operator would have written.
 func createLegacy(t *testing.T, ns string, tunnels ...string) *ipsecv1.IPsecGateway {
 	t.Helper()
 	ctx := context.Background()
-	want := legacyGateway(tunnels...)
+	want := gen.ReconciledIPsecGateway(tunnels...)
 	g := want.DeepCopy()
 	g.Namespace, g.UID, g.Generation, g.Status = ns, "", 0, ipsecv1.IPsecGatewayStatus{}
 	if err := env.Client.Create(ctx, g); err != nil {

@@ -12,6 +12,7 @@ import (
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/kubectlvpn/gateways"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gatewaypod"
 )
 
 var verdictNow = time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -69,7 +70,7 @@ var (
 )
 
 func charonLog(lines ...string) []logLine {
-	return splitLog(tsLines(verdictNow.Add(-time.Minute), lines...))
+	return splitLog(gatewaypod.Log(verdictNow.Add(-time.Minute), lines...))
 }
 
 func TestPeerVerdicts(t *testing.T) {
@@ -364,7 +365,7 @@ func TestGatewayVerdicts(t *testing.T) {
 			causes: []string{"PodNotReady", "Ready"}, contains: []string{"gateway pod acme-gw-gateway-1: Running: agent CrashLoopBackOff (4 restarts)"}},
 		{name: "agent errors",
 			e: gatewayEvidence{Gateway: testGateway(vpnv1.ProtocolIPsec, ready...), Pod: running, Now: verdictNow, AgentTail: 200,
-				Metrics: &gateways.AgentMetrics{}, Agent: splitLog(tsLines(verdictNow.Add(-2*time.Minute), secretLines.agent...))},
+				Metrics: &gateways.AgentMetrics{}, Agent: splitLog(gatewaypod.Log(verdictNow.Add(-2*time.Minute), gatewaypod.AgentSecretLines()...))},
 			causes: []string{"Ready", "AgentErrors"}, contains: []string{"the agent logged 3 errors in its last 200 lines (last, 117s ago: error initiate failed connection=hq)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -383,7 +384,7 @@ func TestGatewayVerdicts(t *testing.T) {
 					t.Errorf("no %q in\n%s", s, text.String())
 				}
 			}
-			if strings.Contains(text.String(), secretValue) {
+			if strings.Contains(text.String(), gatewaypod.SecretValue) {
 				t.Errorf("the secret in\n%s", text.String())
 			}
 		})

@@ -1,70 +1,33 @@
 package diagnose
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/deviceconfig"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gatewaypod"
 )
-
-// tsLines prefixes each line with the API server's timestamp (timestamps=true), one second
-// apart from base.
-func tsLines(base time.Time, lines ...string) []byte {
-	var b strings.Builder
-	for i, l := range lines {
-		b.WriteString(base.Add(time.Duration(i) * time.Second).UTC().Format(time.RFC3339Nano))
-		b.WriteString(" ")
-		b.WriteString(l)
-		b.WriteString("\n")
-	}
-	return []byte(b.String())
-}
-
-const secretValue = "lab-hq-SuperSecret0123456789"
-
-// What charon and the agent may log around a key, at debug levels or by mistake: none of it
-// may reach diagnose's output.
-var secretLines = struct{ charon, agent []string }{
-	charon: []string{
-		`11[CFG] <hq|9> loaded IKE shared key with id 'hq-psk' for: 'hq.acme.example'`,
-		`11[LIB] <hq|9> psk = ` + secretValue,
-		`11[IKE] <hq|9> shared key => 0x` + "6c61622d68712d5375706572536563726574",
-		`11[CFG] <hq|9> received proposals: IKE:` + secretValue,
-		`11[CFG] <hq|9> secret: "` + secretValue + `"`,
-		`11[IKE] <9> ` + secretValue + ` is initiating an IKE_SA`,
-		secretValue,
-		`11[CFG] <hq|9> configured proposals: IKE:AES_CBC_256/HMAC_SHA2_256_128/PRF_HMAC_SHA2_256/MODP_2048 ` + secretValue,
-	},
-	agent: []string{
-		`{"level":"error","ts":"2025-01-01T12:00:00Z","msg":"applying configuration failed; keeping the last good one","error":"psk ` + secretValue + ` rejected","retryIn":"2s"}`,
-		`{"level":"error","ts":"2025-01-01T12:00:00Z","msg":"` + secretValue + ` leaked"}`,
-		`{"level":"info","ts":"2025-01-01T12:00:00Z","msg":"tunnel negotiation failed","connection":"hq","state":"AuthFailed","message":"secret ` + secretValue + `"}`,
-		`{"level":"error","ts":"2025-01-01T12:00:00Z","msg":"initiate failed","connection":"hq","state":"` + secretValue + ` x"}`,
-		`panic: ` + secretValue,
-	},
-}
 
 func TestLogFilterNeverPrintsSecrets(t *testing.T) {
 	base := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	charon, dropped := parseCharon(splitLog(tsLines(base, secretLines.charon...)))
+	charon, dropped := parseCharon(splitLog(gatewaypod.Log(base, gatewaypod.CharonSecretLines()...)))
 	var out strings.Builder
 	for _, e := range charon {
 		out.WriteString(e.String() + "\n")
 	}
-	if dropped != len(secretLines.charon) {
-		t.Errorf("charon: %d lines dropped, want all %d; kept %v", dropped, len(secretLines.charon), charon)
+	if dropped != len(gatewaypod.CharonSecretLines()) {
+		t.Errorf("charon: %d lines dropped, want all %d; kept %v", dropped, len(gatewaypod.CharonSecretLines()), charon)
 	}
-	agent, _ := parseAgent(splitLog(tsLines(base, secretLines.agent...)))
+	agent, _ := parseAgent(splitLog(gatewaypod.Log(base, gatewaypod.AgentSecretLines()...)))
 	for _, e := range agent {
 		out.WriteString(e.String() + "\n")
 	}
 	if len(agent) != 4 {
 		t.Errorf("agent: %d entries, want the 4 error/failure lines (shown without their free text)", len(agent))
 	}
-	if strings.Contains(out.String(), secretValue) || strings.Contains(out.String(), "SuperSecret") {
+	if strings.Contains(out.String(), gatewaypod.SecretValue) || strings.Contains(out.String(), "SuperSecret") {
 		t.Fatalf("a secret got through the log filter:\n%s", out.String())
 	}
 	if !strings.Contains(out.String(), "applying configuration failed; keeping the last good one retryIn=2s") {
@@ -76,7 +39,7 @@ func TestLogFilterNeverPrintsSecrets(t *testing.T) {
 
 func TestParseCharon(t *testing.T) {
 	base := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	lines := splitLog(tsLines(base,
+	lines := splitLog(gatewaypod.Log(base,
 		`09[NET] <7> received packet: from 198.51.100.26[500] to 192.0.2.1[500] (240 bytes)`,
 		`09[ENC] <7> parsed IKE_SA_INIT request 0 [ SA KE No N(NATD_S_IP) N(NATD_D_IP) N(FRAG_SUP) N(HASH_ALG) N(REDIR_SUP) ]`,
 		`09[IKE] <7> 198.51.100.26 is initiating an IKE_SA`,
@@ -157,22 +120,9 @@ func TestProposals(t *testing.T) {
 // The agent's messages diagnose knows are still the agent's: each one is a string literal in
 // internal/agent or cmd/gateway-agent.
 func TestAgentMessagesExist(t *testing.T) {
-	var src strings.Builder
-	for _, dir := range []string{"internal/agent", "cmd/gateway-agent"} {
-		err := filepath.WalkDir(filepath.Join(repoRoot, dir), func(p string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-				return err
-			}
-			b, err := os.ReadFile(p)
-			src.Write(b)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	src := gatewaypod.AgentSource(t, repoRoot)
 	for _, m := range agentMessages {
-		if !strings.Contains(src.String(), `"`+m+`"`) {
+		if !strings.Contains(src, `"`+m+`"`) {
 			t.Errorf("the agent no longer logs %q", m)
 		}
 	}

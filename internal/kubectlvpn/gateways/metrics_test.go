@@ -2,11 +2,12 @@ package gateways
 
 import (
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gatewaypod"
 )
 
 func TestParseMetrics(t *testing.T) {
@@ -50,22 +51,9 @@ go_goroutines 42
 // The metric names status and diagnose read are still the agent's: each one is a string
 // literal in internal/agent or cmd/gateway-agent.
 func TestMetricNamesExist(t *testing.T) {
-	var src strings.Builder
-	for _, dir := range []string{"internal/agent", "cmd/gateway-agent"} {
-		err := filepath.WalkDir(filepath.Join(repoRoot, dir), func(p string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-				return err
-			}
-			b, err := os.ReadFile(p)
-			src.Write(b)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	src := gatewaypod.AgentSource(t, repoRoot)
 	for _, m := range []string{metricPeerUp, metricPeerRekeys, metricPeerDrops, metricPeerHandshake, metricRulesetRepairs, metricConfigRejected, metricSpoofedDrops} {
-		if !strings.Contains(src.String(), `"`+m+`"`) {
+		if !strings.Contains(src, `"`+m+`"`) {
 			t.Errorf("the agent no longer exports %s", m)
 		}
 	}

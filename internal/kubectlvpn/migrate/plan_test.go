@@ -17,47 +17,9 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/legacy"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/gen"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/golden"
 )
-
-// legacyGateway is an IPsecGateway as the API server returns it once the operator has
-// reconciled it: service CIDR allocated, virtual IPs assigned, address known, tunnels up.
-func legacyGateway(tunnels ...string) *ipsecv1.IPsecGateway {
-	g := &ipsecv1.IPsecGateway{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "acme", Generation: 3, UID: "legacy-uid"},
-		Spec: ipsecv1.IPsecGatewaySpec{
-			Mode:     vpnv1.ModeSNAT,
-			Endpoint: vpnv1.Endpoint{FloatingIPPool: "public"},
-			Exposures: []vpnv1.Exposure{
-				{Name: "web", Target: vpnv1.ExposureTarget{Service: &vpnv1.ServiceRef{Name: "web"}, Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}},
-				{Name: "db", Target: vpnv1.ExposureTarget{Address: "10.0.0.7", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 5432})}, VirtualIP: "100.64.7.20"},
-			},
-			ReverseExposures: []vpnv1.ReverseExposure{
-				{Name: "printer", Target: vpnv1.ReverseExposureTarget{Address: "192.168.10.50", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 9100})}},
-			},
-			IKE: vpnv1.IKESettings{Version: 2, Proposals: []string{"aes256gcm16-prfsha256-ecp256"}, RekeyTime: &metav1.Duration{Duration: 8 * time.Hour}},
-		},
-		Status: ipsecv1.IPsecGatewayStatus{
-			ObservedGeneration: 3,
-			ServiceCIDR:        "100.64.7.0/24",
-			PublicAddress:      "198.51.100.7",
-			Exposures:          []vpnv1.ExposureStatus{{Name: "web", VirtualIP: "100.64.7.10"}, {Name: "db", VirtualIP: "100.64.7.20"}},
-			ReverseExposures:   []vpnv1.ExposureStatus{{Name: "printer", VirtualIP: "100.64.7.200", Service: "acme-printer", Ports: []string{"9100/TCP"}}},
-		},
-	}
-	subnets := map[string][]string{"hq": {"192.168.10.0/24"}, "branch": {"10.30.0.0/16", "10.31.0.0/16"}}
-	for _, t := range tunnels {
-		g.Spec.Tunnels = append(g.Spec.Tunnels, ipsecv1.Tunnel{
-			Name:          t,
-			Peer:          vpnv1.IPsecRemote{Address: "203.0.113." + map[string]string{"hq": "9", "branch": "10"}[t], ID: t + ".acme.example"},
-			RemoteSubnets: subnets[t],
-			ESP:           vpnv1.ESPSettings{Proposals: []string{"aes256gcm16-ecp256"}},
-			PSKSecretRef:  vpnv1.SecretKeyRef{Name: t + "-psk", Key: "psk"},
-		})
-		g.Status.Tunnels = append(g.Status.Tunnels, ipsecv1.TunnelStatus{Name: t, State: "Established"})
-	}
-	return g
-}
 
 func TestPlanMigration(t *testing.T) {
 	for _, tc := range []struct {
@@ -90,7 +52,7 @@ func TestPlanMigration(t *testing.T) {
 			if gw.Spec.IPsec.LocalID != "198.51.100.7" {
 				t.Errorf("local ID %q, want the legacy gateway's (its public address)", gw.Spec.IPsec.LocalID)
 			}
-			if !reflect.DeepEqual(gw.Spec.IPsec.IKE, legacyGateway().Spec.IKE) || gw.Spec.Protocol != vpnv1.ProtocolIPsec || gw.Spec.Mode != vpnv1.ModeSNAT {
+			if !reflect.DeepEqual(gw.Spec.IPsec.IKE, gen.ReconciledIPsecGateway().Spec.IKE) || gw.Spec.Protocol != vpnv1.ProtocolIPsec || gw.Spec.Mode != vpnv1.ModeSNAT {
 				t.Errorf("ipsec %+v protocol %s mode %s", gw.Spec.IPsec, gw.Spec.Protocol, gw.Spec.Mode)
 			}
 			vips := map[string]string{}
@@ -248,7 +210,7 @@ func TestPlanMigration(t *testing.T) {
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := legacyGateway(tc.tunnels...)
+			g := gen.ReconciledIPsecGateway(tc.tunnels...)
 			if tc.edit != nil {
 				tc.edit(g)
 			}
@@ -292,7 +254,7 @@ func TestMigratedToAnnotation(t *testing.T) {
 // configuration is the same byte for byte, and so are the peers' decisions.
 func TestMigratedRendersLikeTheLegacy(t *testing.T) {
 	for _, tunnels := range [][]string{{"hq"}, {"hq", "branch"}} {
-		g := legacyGateway(tunnels...)
+		g := gen.ReconciledIPsecGateway(tunnels...)
 		g.Spec.Exposures[0].Target = vpnv1.ExposureTarget{Address: "10.0.0.8", Ports: vpnv1.Ports(vpnv1.PortSpec{Port: 443})}
 		g.CreationTimestamp = metav1.NewTime(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 		p, err := NewPlan(g, Names{})

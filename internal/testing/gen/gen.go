@@ -9,6 +9,9 @@
 // apply in order; one that sets a list sets it to the values given, and those that add one
 // entry (Exposure, ReverseExposure, SecretData) say so.
 //
+// ReconciledIPsecGateway is the exception: one fixed legacy IPsecGateway, acme/acme, with the
+// status the operator writes, for the tests of migrating it; it takes only its tunnels' names.
+//
 // The model's objects (model.Gateway, model.Peer), which the renderers' tests write by hand,
 // have their builders in gen/modelgen.
 //
