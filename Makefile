@@ -61,8 +61,8 @@ test-race: test-deps test-binaries ## go test -race ./... (make test runs the sa
 	KUBEBUILDER_ASSETS=$$(hack/test-binaries.sh) go test -race -count=1 -timeout 45m ./...
 
 .PHONY: unit
-unit: ## the tests that need neither root, nor an API server, nor a tool the repository builds (hack/unit-packages.sh): quick
-	$(STATIC) go test $(TRIM) $$(hack/unit-packages.sh)
+unit: ## the tests that need neither root, nor an API server, nor a tool the repository builds (hack/test-packages.sh unit): quick
+	$(STATIC) go test $(TRIM) $$(hack/test-packages.sh unit)
 
 .PHONY: test-binaries
 test-binaries: ## install etcd and build Kubernetes (kube-apiserver for envtest; cached in bin/)

@@ -116,6 +116,7 @@ install                                                   coreutils             
 ln                                                        coreutils                       base
 ls                                                        coreutils                       base
 mkdir                                                     coreutils                       base
+nice                                                      coreutils                       base
 mktemp                                                    coreutils                       base
 mv                                                        coreutils                       base
 od                                                        coreutils                       base

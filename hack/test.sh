@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# `make test`: the whole suite, as CI runs it, in timed stages (hack/stage.sh). The Debian
-# packages and the VM kit are installed in the background while the generated files and lint
-# are checked and the Kubernetes API server is built; every later stage waits for them. One
-# build configuration throughout (static, -trimpath: the Makefile's STATIC and TRIM, as the
-# images and Kubernetes are built), so go vet, go test, Kubernetes and the lab's builds compile
-# each shared package once: the API server is built after lint for that reason, from what lint
-# compiled. The race detector runs in make test-race. What the lab cluster runs is built while
-# the tests run. Missing tools fail the tests instead of skipping them (BNERD_REQUIRE_TOOLS=1).
+# `make test`: the whole suite, as CI runs it, in timed stages (hack/stage.sh). One build
+# configuration throughout (static, -trimpath: the Makefile's STATIC and TRIM, as the images
+# and Kubernetes are built), so go vet, go test, Kubernetes and the lab's builds compile each
+# shared package once. Missing tools fail the tests instead of skipping them
+# (BNERD_REQUIRE_TOOLS=1). The race detector runs in make test-race.
+#
+# 1. The generated files' check, then lint (go vet compiles every package the tests import),
+#    beside the Debian packages and the VM kit (installed in the background) and the build of
+#    golangci-lint.
+# 2. Two pipelines at once, as the machine is CPU-bound while building and mostly waits while
+#    testing:
+#    - the lab's, the longer one: Kubernetes (all its parts, reusing what lint compiled), the
+#      rest of what the lab runs, the images' reproducibility, then the cluster end-to-end;
+#    - the tests': go test of the packages that need no API server (at a lower priority while
+#      Kubernetes builds: the lab's pipeline is the one that decides how long make test takes),
+#      then of those that do (they wait for Kubernetes' API server), then the VM's tests.
+#    Each pipeline runs its stages one after the other and stops at its first failure; the
+#    lab's output is printed when it ends.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin
@@ -28,26 +38,30 @@ hack/golangci-lint.sh >"$bin/golangci-lint.log" 2>&1 &
 
 rc=0
 hack/stage.sh verify-generated "${make[@]}" verify-generated &&
-  hack/stage.sh lint "${make[@]}" lint &&
-  hack/stage.sh kube-apiserver bash -c 'hack/lab/build-kube.sh apiserver >/dev/null' || rc=$?
+  hack/stage.sh lint "${make[@]}" lint || rc=$?
 wait "$prep" || { prc=$?; [ $rc != 0 ] || rc=$prc; }
 cat "$prep_log"
-[ $rc != 0 ] || hack/test-binaries.sh >/dev/null || rc=$?
 if [ $rc != 0 ]; then summary; exit $rc; fi
 
-# What the lab runs (the rest of Kubernetes: the API server is built; kube-router, the
-# images, ...: hack/lab/build.sh), then the images' reproducibility check, are built while the
-# tests run, which wait on timers and packets more than on the CPU: only e2e-cluster needs them.
-lab_log=$bin/build-lab.log
-(hack/stage.sh build-lab hack/lab/build.sh && hack/stage.sh images-reproducible "${make[@]}" images-reproducible) >"$lab_log" 2>&1 &
+lab_log=$bin/lab-pipeline.log
+(hack/stage.sh build-kube bash -c 'hack/lab/build-kube.sh >/dev/null' &&
+  hack/stage.sh build-lab hack/lab/build.sh &&
+  hack/stage.sh images-reproducible "${make[@]}" images-reproducible &&
+  hack/stage.sh e2e-cluster "${make[@]}" e2e-cluster) >"$lab_log" 2>&1 &
 lab=$!
-lab_built() { wait "$lab"; local r=$?; cat "$lab_log"; return $r; }
 
 export BNERD_REQUIRE_TOOLS=1
-hack/stage.sh go-test env KUBEBUILDER_ASSETS="$(hack/test-binaries.sh)" CGO_ENABLED=0 go test -trimpath -count=1 -timeout 30m ./... &&
-  hack/stage.sh test-vm "${make[@]}" test-vm &&
-  lab_built &&
-  hack/stage.sh e2e-cluster "${make[@]}" e2e-cluster || rc=$?
-wait "$lab" 2>/dev/null
+gotest=(env CGO_ENABLED=0 go test -trimpath -count=1 -timeout 30m)
+# shellcheck disable=SC2016 # expanded by the stage's shell, after Kubernetes is built
+with_apiserver='KUBEBUILDER_ASSETS=$(hack/test-binaries.sh) && export KUBEBUILDER_ASSETS && exec "$@"'
+other=$(hack/test-packages.sh other) && apiserver=$(hack/test-packages.sh apiserver) || rc=$?
+[ $rc != 0 ] ||
+  # shellcheck disable=SC2086 # one word per package
+  { hack/stage.sh go-test nice -n 5 "${gotest[@]}" $other &&
+    hack/stage.sh go-test-apiserver bash -c "$with_apiserver" _ "${gotest[@]}" $apiserver &&
+    hack/stage.sh test-vm "${make[@]}" test-vm; } || rc=$?
+
+wait "$lab" || { lrc=$?; [ $rc != 0 ] || rc=$lrc; }
+cat "$lab_log"
 summary
 exit $rc

@@ -10,11 +10,14 @@
 #
 # `build-kube.sh apiserver` provides only kube-apiserver (what envtest runs): a link to the
 # combined binary when it is built, else the API server alone (cmd/kube-apiserver), whose
-# compiled packages the combined build then reuses. make test builds the rest while the tests
-# run.
+# compiled packages the combined build then reuses.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 mkdir -p "$K"
+# One build at a time: make test builds Kubernetes while the tests run, and the tests that
+# need the API server wait here for that build instead of starting their own.
+exec 9>"$K/.build.lock"
+flock 9
 stamp=$( (cat "$root/hack/tools/kube/go.mod" "$root/hack/tools/kube/go.sum" "$root/hack/tools/kube/cmd/kube/main.go" "$root/hack/tools/kube/cmd/kube-apiserver/main.go" "$0"; go version) | sha256sum | cut -c1-16)
 minor=$(echo "$version" | cut -d. -f2)
 ldflags="-s -w"
