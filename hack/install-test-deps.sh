@@ -137,10 +137,12 @@ touch                                                     coreutils             
 tr                                                        coreutils                       base
 true                                                      coreutils                       base
 uname                                                     coreutils                       base
+wc                                                        coreutils                       base
 flock                                                     util-linux                      base
 nsenter                                                   util-linux                      base
 setsid                                                    util-linux                      base
 switch_root                                               util-linux                      base
+unshare                                                   util-linux                      base
 mount                                                     mount                           base
 umount                                                    mount                           base
 kill                                                      procps                          base

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Removes everything hack/lab/cluster-up.sh (and hack/lab/lab.sh) created: client-site network
-# namespaces, processes, containers and their mounts, cgroups, the CNI bridge, nft tables, kube-
-# proxy's rules, kube-router's chains and ipsets, hard-coded paths it created, the state directory;
-# restores the sysctls it recorded. Then checks that nothing of kube-router is left (exit 1 if so).
+# Removes everything hack/lab/cluster-up.sh (and hack/lab/lab.sh) created: the nodes' and client
+# sites' network namespaces, processes, containers and their mounts, cgroups, the CNI bridge and
+# the node network, nft tables, kube-proxy's rules, kube-router's chains and ipsets, hard-coded
+# paths it created, the state directory; restores the sysctls it recorded. Then checks that
+# nothing is left (a process, rule, namespace, link, mount or cgroup: exit 1 if so).
 # Safe to run twice.
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
@@ -27,6 +28,21 @@ stop() { # stop <name>: SIGTERM then SIGKILL the recorded pid (and its process g
   kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
 }
 
+# the other nodes (hack/lab/nodes.sh): everything running in their network namespaces (their
+# daemons, host-network pods) and in their cgroups (their pods); their rules and links go with
+# the namespaces, their mounts with their mount namespaces
+for ns in $(ip netns list 2>/dev/null | awk '/^lab-node-/ {print $1}'); do
+  for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  for f in $(find /sys/fs/cgroup/*/"${CGROUP_ROOT#/}-$ns" -name cgroup.procs 2>/dev/null); do
+    for p in $(cat "$f" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  done
+  ip netns del "$ns"
+done
+# a namespace is freed only once the kernel lets go of it (a killed daemon's TCP connections
+# linger), and its uplink with it: the machine's ends go now, and the pairs with them
+for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E '^lab-n[0-9]+$'); do ip link del "$l" 2>/dev/null; done
+ip link del "$NODENET_BRIDGE" 2>/dev/null
+
 if [ -f "$S/pids" ]; then
   stop kube-router   # first: it would re-create its rules
   stop lab-cloud
@@ -45,9 +61,9 @@ if [ -f "$S/pids" ]; then
   stop etcd
 fi
 # containerd shims outlive containerd: kill those serving our state dir
-for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-# any process still running in our cgroup tree (containers)
-for f in $(find /sys/fs/cgroup/*/"${CGROUP_ROOT#/}" -name cgroup.procs 2>/dev/null); do
+for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $S/" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+# any process still running in our cgroup trees (containers)
+for f in $(find /sys/fs/cgroup/*/"${CGROUP_ROOT#/}" /sys/fs/cgroup/*/"${CGROUP_ROOT#/}"-* -name cgroup.procs 2>/dev/null); do
   for p in $(cat "$f" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
 done
 sleep 0.5
@@ -101,9 +117,8 @@ done
 ip link del "$BRIDGE" 2>/dev/null
 cloud_down   # the cloud's router namespace and links (hack/lab/cloud.sh)
 
-# cgroups: remove our cgroupRoot in every hierarchy, deepest first
-for h in /sys/fs/cgroup/*/; do
-  d="$h${CGROUP_ROOT#/}"
+# cgroups: remove the nodes' cgroupRoots in every hierarchy, deepest first
+for d in /sys/fs/cgroup/*/"${CGROUP_ROOT#/}" /sys/fs/cgroup/*/"${CGROUP_ROOT#/}"-*; do
   [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
 done
 
@@ -118,12 +133,18 @@ if [ -f "$S/created" ]; then
 fi
 rm -rf "$S"
 
-# nothing of kube-router may be left: no process of the lab's build, no chain, no ipset
-left=$( { pgrep -f "^$root/bin/tools/kube-router-" | sed 's/^/process /'
+# nothing may be left: no process of the lab's builds, no chain or ipset of kube-router, no node
+# namespace, link, mount or cgroup
+left=$( { pgrep -f "^($root/bin/tools/kube-router-|$K/)" | sed 's/^/process /'
           nft list table ip filter >/dev/null 2>&1 && iptables -S 2>/dev/null | grep -E -- "$KR_CHAINS" | sed 's/^/rule /'
-          command -v ipset >/dev/null && ipset list -n 2>/dev/null | grep -E "$KR_SETS" | sed 's/^/ipset /'; } || true)
+          command -v ipset >/dev/null && ipset list -n 2>/dev/null | grep -E "$KR_SETS" | sed 's/^/ipset /'
+          ip netns list 2>/dev/null | awk '/^lab-(node|site)-/ {print "netns " $1}'
+          ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "^($NODENET_BRIDGE|$BRIDGE|lab-n[0-9]+|lab-s[0-9]+)$" | sed 's/^/link /'
+          nft list tables 2>/dev/null | grep -E '^table (ip bnerd-lab|bridge bnerd-lab-srcguard|ip6? kube-proxy|ip bnerd_vpn(_gate)?)$' | sed 's/^/nft /'
+          awk -v s="$S" 'index($2, s)==1 {print "mount " $2}' /proc/self/mounts
+          ls -d /sys/fs/cgroup/*/"${CGROUP_ROOT#/}" /sys/fs/cgroup/*/"${CGROUP_ROOT#/}"-* 2>/dev/null | sed 's/^/cgroup /'; } || true)
 if [ -n "$left" ]; then
-  log "left on the node by kube-router:"; echo "$left" >&2
+  log "left behind:"; echo "$left" >&2
   exit 1
 fi
 log "down in $((SECONDS - t0))s"

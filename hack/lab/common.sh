@@ -158,3 +158,4 @@ spec:
 YAML
 }
 source "$root/hack/lab/cloud.sh"           # the lab's cloud (lab-cloud): its functions
+source "$root/hack/lab/nodes.sh"           # the lab's nodes: their namespaces, daemons and addresses

@@ -1,4 +1,4 @@
-# The lab: a real single-node Kubernetes with the operator and a client's sites (hack/lab/).
+# The lab: a real Kubernetes of $LAB_NODES nodes (default 3) with the operator and a client's sites (hack/lab/).
 # Included from the Makefile. Needs root (CI and the lab run as root).
 
 LAB_STATE ?= /var/lib/bnerd-lab
@@ -6,7 +6,7 @@ export LAB_STATE
 
 .PHONY: lab lab-down lab-cluster lab-images e2e-cluster
 
-lab: ## single-node cluster + operator + sample client (IPsec and WireGuard sites); status and a live tunnel
+lab: ## a three-node cluster (LAB_NODES) + operator + sample client (IPsec and WireGuard sites); status and a live tunnel
 	@LAB_T0=$$(date +%s.%N); export LAB_T0; \
 	  hack/lab/cluster-up.sh && hack/lab/lab.sh
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make lab`: on the running lab cluster (hack/lab/cluster-up.sh), installs the operator with the
 # Helm chart users install (charts/bnerd-vpn-operator, values hack/lab/values.yaml), a sample client (namespace
-# lab-acme: a backend Deployment behind two Services; an IPsec VPNGateway on the node's address
+# lab-acme: a backend Deployment behind two Services, on the last node; an IPsec VPNGateway on the node's address
 # (host network) with two VPNPeers with different grants; a WireGuard VPNGateway behind a
 # LoadBalancer Service with one VPNPeer) and the client's sites as network namespaces configured
 # like the client's devices: hq and branch running strongSwan, roam running WireGuard. Then it
@@ -31,7 +31,12 @@ kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
 kubectl -n bnerd-vpn-system rollout status deploy/bnerd-vpn-operator --timeout=120s >&2
 log "operator version: $(kubectl -n bnerd-vpn-system exec deploy/bnerd-vpn-operator -c operator -- /operator --version 2>&1 | tail -1)"
 
-log "sample client in namespace $NS"
+# the backend on the last node, the gateways on node 1: the sites' requests cross the nodes
+BACKEND_NODE=$(node_name "$LAB_NODES")
+log "sample client in namespace $NS (its gateways on $NODE, its backend on $BACKEND_NODE)"
+BACKEND_PLACEMENT="nodeSelector: {kubernetes.io/hostname: $BACKEND_NODE}"
+[ "$LAB_NODES" = 1 ] || BACKEND_PLACEMENT="$BACKEND_PLACEMENT
+      tolerations: [{key: $WORKER_TAINT, operator: Exists, effect: NoSchedule}]"
 touch "$S/lab-gateway"
 kubectl apply -f - >/dev/null <<YAML
 apiVersion: v1
@@ -60,6 +65,7 @@ spec:
   template:
     metadata: {labels: {app: backend}}
     spec:
+      $BACKEND_PLACEMENT
       containers:
       - name: http
         image: lab-pause:lab
@@ -171,6 +177,9 @@ wait_for "traffic counters in the peers' status" 30 sh -c "kubectl -n $NS get vp
 wait_for "gateway Ready" 60 kubectl -n $NS wait --for=condition=Ready vpngw/acme-gw --timeout=1s || true
 wait_for "peers Connected" 60 sh -c "[ \$(kubectl -n $NS get vpnpeer -o jsonpath='{range .items[*]}{.status.conditions[?(@.type==\"Connected\")].status}{\"\\n\"}{end}' | grep -c True) = 3 ]" || true
 
+echo
+echo "== kubectl get nodes (node 1 is this machine; the others are network namespaces on the node network $NODENET_BRIDGE; faults: hack/lab/node.sh)"
+kubectl get nodes -o custom-columns='NAME:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status,ADDRESS:.status.addresses[?(@.type=="InternalIP")].address,PODS:.spec.podCIDR,TAINTS:.spec.taints[*].key'
 echo
 echo "== kubectl -n $NS get vpngw,vpnpeer"
 kubectl -n $NS get vpngw,vpnpeer -o wide

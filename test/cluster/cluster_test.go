@@ -4,7 +4,8 @@
 // WireGuard site on a gateway behind a LoadBalancer Service) and asserts, in order (one subtest
 // per step):
 // 0 NetworkPolicy enforced (netpol_test.go: the lab's enforcer, kube-router), 1 unprivileged,
-// 2 connected, 3 authorization, 3b backend replaced, 3c kubectl vpn status and diagnose, 3d a
+// 2 connected, 2b across nodes (nodes_test.go: paths between the lab's nodes, a node lost),
+// 3 authorization, 3b backend replaced, 3c kubectl vpn status and diagnose, 3d a
 // proposal mismatch named, 4 a peer added live, 4b an overlapping dark peer, 4c a ServiceAccount
 // token as PSK, 4d host network only where allowed, 4e a ConfigMap carrying more than the model,
 // 4f reverse exposures from their tenant, 4g the node's traffic untouched, 4h a ClusterLink to a
@@ -80,6 +81,7 @@ func TestCluster(t *testing.T) {
 		{"0 NetworkPolicy enforced", test0NetworkPolicy},
 		{"1 unprivileged", test1Unprivileged},
 		{"2 connected", test2Connected},
+		{"2b across nodes", test2bAcrossNodes},
 		{"3 authorization", test3Authorization},
 		{"3b backend replaced", test3bBackendReplaced},
 		{"3c kubectl vpn status and diagnose", test3cVPNStatusDiagnose},

@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -131,9 +132,7 @@ func eventually(timeout time.Duration, f func() error) error {
 func (l *lab) sh(timeout time.Duration, script string, env ...string) (string, error) {
 	c, cancel := ctx(timeout)
 	defer cancel()
-	cmd := exec.CommandContext(c, "bash", "-c", `source "$LAB_ROOT/hack/lab/common.sh"; `+script)
-	cmd.Env = append(os.Environ(), append([]string{"LAB_ROOT=" + l.root, "LAB_STATE=" + l.state}, env...)...)
-	cmd.Dir = l.root
+	cmd := l.script(c, script, env)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -143,13 +142,24 @@ func (l *lab) sh(timeout time.Duration, script string, env ...string) (string, e
 	return out.String(), nil
 }
 
+// script is the command of sh and stream: bash in a process group of its own, which the
+// deadline kills whole (a kubectl the script started holds its output open otherwise, until it
+// gives up by itself).
+func (l *lab) script(c context.Context, script string, env []string) *exec.Cmd {
+	cmd := exec.CommandContext(c, "bash", "-c", `source "$LAB_ROOT/hack/lab/common.sh"; `+script)
+	cmd.Env = append(os.Environ(), append([]string{"LAB_ROOT=" + l.root, "LAB_STATE=" + l.state}, env...)...)
+	cmd.Dir = l.root
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	return cmd
+}
+
 // stream runs a bash script like sh, its output going to the test's stdout as it comes.
 func (l *lab) stream(timeout time.Duration, script string, env ...string) error {
 	c, cancel := ctx(timeout)
 	defer cancel()
-	cmd := exec.CommandContext(c, "bash", "-c", `source "$LAB_ROOT/hack/lab/common.sh"; `+script)
-	cmd.Env = append(os.Environ(), append([]string{"LAB_ROOT=" + l.root, "LAB_STATE=" + l.state}, env...)...)
-	cmd.Dir = l.root
+	cmd := l.script(c, script, env)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s: %v", firstLine(script), err)
@@ -466,9 +476,15 @@ func (l *lab) podsGone(namespace string, sel client.MatchingLabels, ip string, t
 // rolloutRestart restarts a Deployment as `kubectl rollout restart` does and waits for the
 // rollout to complete as `kubectl rollout status` does.
 func (l *lab) rolloutRestart(namespace, name string, timeout time.Duration) error {
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339))
+	return l.patchDeployment(namespace, name, patch, timeout)
+}
+
+// patchDeployment applies a strategic merge patch to a Deployment and waits for the rollout to
+// complete as `kubectl rollout status` does.
+func (l *lab) patchDeployment(namespace, name, patch string, timeout time.Duration) error {
 	c, cancel := ctx(30 * time.Second)
 	defer cancel()
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339))
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 	if err := l.c.Patch(c, d, client.RawPatch(types.StrategicMergePatchType, []byte(patch))); err != nil {
 		return err

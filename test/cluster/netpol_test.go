@@ -49,6 +49,15 @@ func test0NetworkPolicy(t *testing.T) {
 	} else {
 		t.Logf("kube-router /healthz: %s", strings.TrimSpace(body))
 	}
+	networkPolicyEnforced(t, podPlacement{})
+}
+
+// podPlacement names the nodes the pods of networkPolicyEnforced run on ("": the scheduler's
+// choice among the nodes that take any pod).
+type podPlacement struct{ server, ownClient, otherClient string }
+
+// networkPolicyEnforced runs test0's case with its pods placed on the given nodes.
+func networkPolicyEnforced(t *testing.T, at podPlacement) {
 	suffix := randomHex(3)
 	nsA, nsB := "lab-np-a-"+suffix, "lab-np-b-"+suffix
 	c, cancel := ctx(60 * time.Second)
@@ -73,25 +82,32 @@ func test0NetworkPolicy(t *testing.T) {
 	}
 	// (Create fills in the Service's ClusterIP)
 	for _, o := range []client.Object{
-		labPod(nsA, "server", map[string]string{"app": "server"}, "serve", ":8080"),
-		labPod(nsA, "client", nil),
-		labPod(nsB, "client", nil),
+		onNode(labPod(nsA, "server", map[string]string{"app": "server"}, "serve", ":8080"), at.server),
+		onNode(labPod(nsA, "client", nil), at.ownClient),
+		onNode(labPod(nsB, "client", nil), at.otherClient),
 		svc,
 	} {
 		if err := L.c.Create(c, o); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ips := map[string]string{}
+	ips, nodes := map[string]string{}, map[string]string{}
 	for _, p := range []struct{ ns, name string }{{nsA, "server"}, {nsA, "client"}, {nsB, "client"}} {
 		pod, err := L.podRunning(p.ns, p.name, 60*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ips[p.ns+"/"+p.name] = pod.Status.PodIP
+		nodes[p.ns+"/"+p.name] = pod.Spec.NodeName
+	}
+	for role, want := range map[string]string{nsA + "/server": at.server, nsA + "/client": at.ownClient, nsB + "/client": at.otherClient} {
+		if want != "" && nodes[role] != want {
+			t.Fatalf("%s runs on %s, not on %s", role, nodes[role], want)
+		}
 	}
 	url := "http://" + svc.Spec.ClusterIP + ":8080/"
-	t.Logf("server %s behind %s; clients %s (%s), %s (%s)", ips[nsA+"/server"], url, nsA, ips[nsA+"/client"], nsB, ips[nsB+"/client"])
+	t.Logf("server %s on %s behind %s; clients %s (%s on %s), %s (%s on %s)", ips[nsA+"/server"], nodes[nsA+"/server"], url,
+		nsA, ips[nsA+"/client"], nodes[nsA+"/client"], nsB, ips[nsB+"/client"], nodes[nsB+"/client"])
 	get := func(ns string) (string, error) {
 		return L.podExec(20*time.Second, ns, "client", "/pause", "get", url)
 	}

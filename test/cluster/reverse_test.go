@@ -86,36 +86,12 @@ func test4fReverseExposures(t *testing.T) {
 	targets := []reverseTarget{{ipsecGW, "hq", "hq", 1}, {wgGW, "roam", "roam", 4}}
 	sinks := map[string]string{}
 	for _, x := range targets {
-		lanListener(t, x.site, x.index)
+		addReverseExposure(t, x)
 		sinks[x.gateway] = udpSink(t, x.site, x.index)
-		target := vpnv1.ReverseExposure{Name: "erp", Target: vpnv1.ReverseExposureTarget{
-			Address: siteHost(x.index), Ports: []intstr.IntOrString{intstr.FromInt32(2222), intstr.FromString("2223/udp")}}}
-		if err := updateGateway(x.gateway, func(gw *vpnv1.VPNGateway) { gw.Spec.ReverseExposures = []vpnv1.ReverseExposure{target} }); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := updateGateway(x.gateway, func(gw *vpnv1.VPNGateway) { gw.Spec.ReverseExposures = nil }); err != nil {
-				t.Error(err)
-			}
-		})
 	}
 	// hq's grants are explicit (web): it gets the reverse exposure too; roam has no
 	// authorization block, the only peer of its gateway: it holds every exposure (DefaultAllow).
-	var hqAuthz *vpnv1.Authorization
-	if err := updatePeer("hq", func(p *vpnv1.VPNPeer) {
-		hqAuthz = p.Spec.Authorization.DeepCopy()
-		if p.Spec.Authorization == nil {
-			p.Spec.Authorization = &vpnv1.Authorization{}
-		}
-		p.Spec.Authorization.ReverseExposures = []string{"erp"}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := updatePeer("hq", func(p *vpnv1.VPNPeer) { p.Spec.Authorization = hqAuthz }); err != nil {
-			t.Error(err)
-		}
-	})
+	grantReverseExposure(t, "hq")
 
 	suffix := randomHex(3)
 	stranger := "lab-stranger-" + suffix
@@ -169,23 +145,7 @@ func test4fReverseExposures(t *testing.T) {
 
 	for _, x := range targets {
 		t.Run(x.gateway, func(t *testing.T) {
-			// the Service, named in the status, and the exposure's virtual IP
-			var svc corev1.Service
-			var vip string
-			err := eventually(60*time.Second, func() error {
-				gw, err := L.gateway(labNS, x.gateway)
-				if err != nil {
-					return err
-				}
-				if len(gw.Status.ReverseExposures) != 1 || gw.Status.ReverseExposures[0].Service != x.gateway+"-erp" {
-					return fmt.Errorf("status.reverseExposures %+v", gw.Status.ReverseExposures)
-				}
-				vip = gw.Status.ReverseExposures[0].VirtualIP
-				return L.get(labNS, x.gateway+"-erp", &svc)
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			svc, vip := reverseExposureService(t, x.gateway)
 			url := fmt.Sprintf("http://%s:2222/", svc.Spec.ClusterIP)
 			t.Logf("%s: reverse exposure erp into %s (%s:2222) through Service %s (%s), virtual IP %s",
 				x.gateway, x.peer, siteHost(x.index), svc.Name, url, vip)
@@ -388,4 +348,64 @@ func guardPort(t *testing.T, addr string) string {
 	}
 	t.Fatalf("the pod source guard admits %s on no port: %+v", addr, srcs)
 	return ""
+}
+
+// addReverseExposure gives the gateway the reverse exposure "erp" to its site's LAN host (TCP
+// 2222, answered by a listener there, and UDP 2223) until the test ends.
+func addReverseExposure(t *testing.T, x reverseTarget) {
+	t.Helper()
+	lanListener(t, x.site, x.index)
+	target := vpnv1.ReverseExposure{Name: "erp", Target: vpnv1.ReverseExposureTarget{
+		Address: siteHost(x.index), Ports: []intstr.IntOrString{intstr.FromInt32(2222), intstr.FromString("2223/udp")}}}
+	if err := updateGateway(x.gateway, func(gw *vpnv1.VPNGateway) { gw.Spec.ReverseExposures = []vpnv1.ReverseExposure{target} }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := updateGateway(x.gateway, func(gw *vpnv1.VPNGateway) { gw.Spec.ReverseExposures = nil }); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// grantReverseExposure adds "erp" to a peer's reverse-exposure grants until the test ends.
+func grantReverseExposure(t *testing.T, peer string) {
+	t.Helper()
+	var authz *vpnv1.Authorization
+	if err := updatePeer(peer, func(p *vpnv1.VPNPeer) {
+		authz = p.Spec.Authorization.DeepCopy()
+		if p.Spec.Authorization == nil {
+			p.Spec.Authorization = &vpnv1.Authorization{}
+		}
+		p.Spec.Authorization.ReverseExposures = []string{"erp"}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := updatePeer(peer, func(p *vpnv1.VPNPeer) { p.Spec.Authorization = authz }); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// reverseExposureService is the Service of a gateway's reverse exposure "erp", named in its
+// status, and the exposure's virtual IP (the source its site sees).
+func reverseExposureService(t *testing.T, gateway string) (corev1.Service, string) {
+	t.Helper()
+	var svc corev1.Service
+	var vip string
+	err := eventually(60*time.Second, func() error {
+		gw, err := L.gateway(labNS, gateway)
+		if err != nil {
+			return err
+		}
+		if len(gw.Status.ReverseExposures) != 1 || gw.Status.ReverseExposures[0].Service != gateway+"-erp" {
+			return fmt.Errorf("status.reverseExposures %+v", gw.Status.ReverseExposures)
+		}
+		vip = gw.Status.ReverseExposures[0].VirtualIP
+		return L.get(labNS, gateway+"-erp", &svc)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, vip
 }

@@ -1,0 +1,314 @@
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// workerTaint keeps the scheduler's own choices on node 1: the other nodes take only the pods
+// that tolerate it (WORKER_TAINT in hack/lab/nodes.sh).
+const workerTaint = "lab.bnerd.net/worker"
+
+// labNodeCount is how many nodes the lab runs (LAB_NODES, default 3, as in hack/lab/nodes.sh).
+func labNodeCount() int {
+	if n, err := strconv.Atoi(os.Getenv("LAB_NODES")); err == nil {
+		return n
+	}
+	return 3
+}
+
+// labNodeName is the name of the lab's node i (1-based; node 1 is the machine).
+func labNodeName(i int) string {
+	if i == 1 {
+		return labNode
+	}
+	return fmt.Sprintf("lab-node-%d", i)
+}
+
+// onNode places a pod on a node through the scheduler (a node selector, and the worker taint
+// tolerated); "" leaves the pod as it is.
+func onNode(p *corev1.Pod, node string) *corev1.Pod {
+	if node == "" {
+		return p
+	}
+	p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: workerTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+	return p
+}
+
+// 2b: the lab's nodes, and paths that cross them: a site through a gateway on node 1 to the
+// sample's backend on the last node, a pod on node 2 through a gateway on node 1 to a site,
+// NetworkPolicy between pods of three nodes, and the backend's node lost without telling the API
+// (how long until the API calls it NotReady, how long the site's requests fail).
+func test2bAcrossNodes(t *testing.T) {
+	want := labNodeCount()
+	if want < 3 {
+		t.Fatalf("the lab runs %d nodes; the paths across nodes need 3 (LAB_NODES)", want)
+	}
+	a, b, c := labNodeName(1), labNodeName(2), labNodeName(3)
+
+	t.Run("every node Ready, each with its own address and pod range", func(t *testing.T) {
+		cx, cancel := ctx(20 * time.Second)
+		defer cancel()
+		var nodes corev1.NodeList
+		if err := L.c.List(cx, &nodes); err != nil {
+			t.Fatal(err)
+		}
+		if len(nodes.Items) != want {
+			t.Fatalf("%d nodes, want %d", len(nodes.Items), want)
+		}
+		addrs, ranges := map[string]string{}, map[string]string{}
+		for _, n := range nodes.Items {
+			ready, ip := false, ""
+			for _, cond := range n.Status.Conditions {
+				ready = ready || cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue
+			}
+			for _, ad := range n.Status.Addresses {
+				if ad.Type == corev1.NodeInternalIP {
+					ip = ad.Address
+				}
+			}
+			if !ready {
+				t.Errorf("node %s is not Ready", n.Name)
+			}
+			if other, dup := addrs[ip]; ip == "" || dup {
+				t.Errorf("node %s: address %q (also %s's)", n.Name, ip, other)
+			}
+			if other, dup := ranges[n.Spec.PodCIDR]; n.Spec.PodCIDR == "" || dup {
+				t.Errorf("node %s: pod range %q (also %s's)", n.Name, n.Spec.PodCIDR, other)
+			}
+			addrs[ip], ranges[n.Spec.PodCIDR] = n.Name, n.Name
+			t.Logf("%s Ready, address %s, pods %s", n.Name, ip, n.Spec.PodCIDR)
+		}
+	})
+
+	for _, gw := range []string{ipsecGW, wgGW} {
+		if p, err := L.gatewayPod(gw); err != nil {
+			t.Fatal(err)
+		} else if p.Spec.NodeName != a {
+			t.Fatalf("gateway %s runs on %s; the paths below expect it on %s", gw, p.Spec.NodeName, a)
+		}
+	}
+
+	// the lab places the sample's backend on the last node (hack/lab/lab.sh)
+	backendNode := ""
+	if pods, err := backendPods(); err != nil || len(pods) != 1 {
+		t.Fatalf("the backend's pods: %d, %v", len(pods), err)
+	} else if backendNode = pods[0].Spec.NodeName; backendNode == a {
+		t.Fatalf("the backend runs on %s with the gateways", a)
+	}
+
+	t.Run("sites reach a backend on another node through the gateways", func(t *testing.T) {
+		for _, s := range []struct {
+			site, gw string
+			i        int
+			url      string
+		}{{"hq", ipsecGW + " (host network)", 1, urlWeb()}, {"roam", wgGW + " (pod network)", 4, urlWGWeb()}} {
+			if err := siteLive(s.site, s.i, s.url, 60*time.Second); err != nil {
+				t.Errorf("%s -> %s on %s -> backend on %s: %v", s.site, s.gw, a, backendNode, err)
+				continue
+			}
+			t.Logf("%s -> %s on %s -> backend on %s (%s): answered", s.site, s.gw, a, backendNode, s.url)
+		}
+	})
+
+	t.Run("a pod on another node reaches a site through a gateway's reverse exposure", func(t *testing.T) {
+		x := reverseTarget{ipsecGW, "hq", "hq", 1}
+		addReverseExposure(t, x)
+		grantReverseExposure(t, x.peer)
+		svc, vip := reverseExposureService(t, x.gateway)
+		pod := onNode(labPod(labNS, "remote-client-"+randomHex(3), nil), b)
+		cx, cancel := ctx(30 * time.Second)
+		defer cancel()
+		if err := L.c.Create(cx, pod); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = L.deleteAndWait(pod, 60*time.Second) })
+		running, err := L.podRunning(labNS, pod.Name, 60*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if running.Spec.NodeName != b {
+			t.Fatalf("the client runs on %s, not %s", running.Spec.NodeName, b)
+		}
+		url := fmt.Sprintf("http://%s:2222/", svc.Spec.ClusterIP)
+		var out string
+		err = eventually(60*time.Second, func() error {
+			var err error
+			if out, err = L.podExec(20*time.Second, labNS, pod.Name, "/pause", "get", url); err != nil {
+				return err
+			}
+			if !strings.Contains(out, "lan of "+x.site+", you are "+vip) {
+				return fmt.Errorf("unexpected answer %q (want the site to see %s)", strings.TrimSpace(out), vip)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s (%s, on %s) -> %s -> %s on %s -> %s: %s", pod.Name, running.Status.PodIP, b, url, x.gateway, a, x.site, strings.TrimSpace(out))
+	})
+
+	t.Run("NetworkPolicy is enforced between pods of different nodes", func(t *testing.T) {
+		networkPolicyEnforced(t, podPlacement{server: b, ownClient: c, otherClient: a})
+	})
+
+	// the faults of hack/lab/node.sh, each once, on the backend's node, with hq probing the
+	// backend through its gateway on node 1
+	t.Run("a node frozen: NotReady after the grace period, and the backend on it unreachable until it is back", func(t *testing.T) {
+		nodeLost(t, backendNode)
+	})
+	t.Run("a node cut off: the backend unreachable until its link is restored", func(t *testing.T) {
+		sum := withNodeFault(t, backendNode, "cut", "restore", func() { siteCutOff(t, "hq", 1, urlWeb()) })
+		if sum.failed == 0 {
+			t.Errorf("no probe failed while %s was cut off", backendNode)
+		}
+	})
+	t.Run("a node partitioned from the control plane: its pods serve on", func(t *testing.T) {
+		sum := withNodeFault(t, backendNode, "partition", "heal", func() {
+			// the API server cannot reach the node's kubelet any more
+			err := eventually(30*time.Second, func() error {
+				pods, err := backendPods()
+				if err != nil || len(pods) == 0 {
+					return fmt.Errorf("the backend's pod: %v", err)
+				}
+				if _, err := L.podExec(5*time.Second, labNS, pods[0].Name, "/pause", "get", "http://127.0.0.1:8080/"); err == nil {
+					return fmt.Errorf("kubectl exec into the backend on %s still works", backendNode)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+		if sum.failed != 0 {
+			t.Errorf("the backend's node was cut from the control plane only, yet %d probes failed", sum.failed)
+		}
+	})
+	t.Run("a node's kubelet restarted: its pods serve on", func(t *testing.T) {
+		sum := withNodeFault(t, backendNode, "restart-kubelet", "", func() { nodeReady(t, backendNode, 60*time.Second) })
+		if sum.failed != 0 {
+			t.Errorf("%d probes failed while %s's kubelet restarted", sum.failed, backendNode)
+		}
+	})
+	t.Run("a node drained: the backend evicted, back once it is uncordoned", func(t *testing.T) {
+		sum := withNodeFault(t, backendNode, "drain", "uncordon", func() {
+			siteCutOff(t, "hq", 1, urlWeb())
+			pods, err := backendPods()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pods {
+				if p.Spec.NodeName == backendNode {
+					t.Errorf("backend pod %s still bound to the drained %s", p.Name, backendNode)
+				}
+			}
+		})
+		if sum.failed == 0 {
+			t.Errorf("no probe failed while %s, the backend's only node, was drained", backendNode)
+		}
+	})
+}
+
+// siteCutOff waits until a site's request to url fails.
+func siteCutOff(t *testing.T, site string, i int, url string) {
+	t.Helper()
+	err := eventually(30*time.Second, func() error {
+		if _, err := L.curlFrom(site, i, 2, url); err == nil {
+			return fmt.Errorf("%s still reaches %s", site, url)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// nodeScript runs hack/lab/node.sh ACTION NODE.
+func nodeScript(action, node string) error {
+	_, err := L.run(3*time.Minute, filepath.Join(L.root, "hack", "lab", "node.sh"), action, node)
+	return err
+}
+
+// nodeReady waits until a node's Ready condition is (or is not) True.
+func nodeReady(t *testing.T, node string, timeout time.Duration) {
+	t.Helper()
+	if err := nodeCondition(node, true, timeout); err != nil {
+		t.Error(err)
+	}
+}
+
+func nodeCondition(node string, ready bool, timeout time.Duration) error {
+	return eventually(timeout, func() error {
+		var n corev1.Node
+		if err := L.get("", node, &n); err != nil {
+			return err
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && (c.Status == corev1.ConditionTrue) == ready {
+				return nil
+			}
+		}
+		return fmt.Errorf("node %s: Ready is not %v", node, ready)
+	})
+}
+
+// withNodeFault runs `node.sh fault NODE`, then during(), then `node.sh undo NODE` (when undo is
+// not ""), with hq probing the backend through its gateway from before the fault until it
+// reaches the backend again afterwards; it logs and returns the probes' summary.
+func withNodeFault(t *testing.T, node, fault, undo string, during func()) probeSummary {
+	t.Helper()
+	if err := siteLive("hq", 1, urlWeb(), 60*time.Second); err != nil {
+		t.Fatalf("hq before the fault: %v", err)
+	}
+	probe := startProber("hq", 1, urlWeb())
+	undone := undo == ""
+	t.Cleanup(func() {
+		if !undone {
+			_ = nodeScript(undo, node)
+		}
+	})
+	if err := nodeScript(fault, node); err != nil {
+		probe.finish()
+		t.Fatal(err)
+	}
+	during()
+	if !undone {
+		undone = true
+		if err := nodeScript(undo, node); err != nil {
+			t.Error(err)
+		}
+	}
+	nodeReady(t, node, 120*time.Second)
+	if err := siteLive("hq", 1, urlWeb(), 90*time.Second); err != nil {
+		t.Errorf("hq after %s %s: %v", fault, node, err)
+	}
+	sum := probe.finish()
+	t.Logf("%s %s: hq -> web with its backend there: %s", fault, node, sum)
+	return sum
+}
+
+// nodeLost freezes the backend's node (hack/lab/node.sh freeze: its uplink down, its processes
+// stopped) with hq probing the backend through its gateway on node 1; it measures how long the
+// API takes to call the node NotReady and how long hq's requests fail, then thaws it.
+func nodeLost(t *testing.T, node string) {
+	var notReady time.Duration
+	t0 := time.Now()
+	sum := withNodeFault(t, node, "freeze", "thaw", func() {
+		if err := nodeCondition(node, false, 120*time.Second); err != nil {
+			t.Fatalf("%v %.0fs after the freeze", err, time.Since(t0).Seconds())
+		}
+		notReady = time.Since(t0)
+		t.Logf("%s frozen: the API called it NotReady after %.1fs (the node monitor's grace period)", node, notReady.Seconds())
+	})
+	if sum.failed == 0 {
+		t.Errorf("no probe failed while the backend's node was frozen: the backend was not on it")
+	}
+}
