@@ -314,7 +314,7 @@ func TestChartLabValues(t *testing.T) {
 	objs := renderWith(t, "--values", filepath.Join(testenv.RepoRoot(), "hack", "lab", "values.yaml"), "--set", "openstack.networkID=lab-provider")
 	args := operatorArgs(t, objs)
 	for _, want := range []string{"--agent-image=bnerd-vpn-gateway:lab", "--image-pull-policy=Never", "--userspace-dataplane",
-		"--internal-source-cidrs=100.96.0.0/24", "--cluster-pod-cidrs=100.96.0.0/24",
+		"--internal-source-cidrs=100.96.0.0/16", "--cluster-pod-cidrs=100.96.0.0/16",
 		"--openstack-clouds-yaml=/etc/openstack/clouds.yaml", "--openstack-cloud=lab", "--openstack-network-id=lab-provider", "--openstack-nad-master=lab-cprov", "--openstack-resync=15s"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
