@@ -8,6 +8,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 [ "$(id -u)" = 0 ] || { log "needs root"; exit 1; }
+case $LAB_NODES in [1-7]) ;; *) log "LAB_NODES=$LAB_NODES: the lab runs 1 to 7 nodes (hack/lab/nodes.sh)"; exit 1 ;; esac
 t0=$(date +%s.%N)
 
 # --- packages: the lab group of hack/install-test-deps.sh's table ---------------------------------
