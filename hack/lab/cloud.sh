@@ -1,4 +1,4 @@
-# The lab's cloud (sourced by cluster-up.sh after `start` is defined; cluster-down.sh removes it).
+# The lab's cloud (sourced by common.sh; cluster-up.sh starts it, cluster-down.sh removes it).
 # cloud_cni_bin: containerd's CNI bin dir — Debian's containernetworking-plugins (symlinks) and
 # lab-cloud, which the runtime runs chained after the cluster network as the lab's stand-in for
 # Multus' dispatch of NetworkAttachmentDefinitions (labcloud.Attacher.Dispatch). Multus itself

@@ -64,12 +64,6 @@ if [ ! -f "$pki/ca.crt" ]; then
   # the kubelets' certificates: node_start
 fi
 
-start() { # start <name> <cmd...>: background, log to $S/logs/<name>.log, pid recorded
-  local n=$1; shift
-  setsid "$@" >"$S/logs/$n.log" 2>&1 </dev/null &
-  echo "$n $!" >>"$S/pids"
-}
-
 # --- the lab's cloud: lab-cloud (Neutron/Keystone, the router namespace) -------------------------
 cloud_up
 

@@ -26,6 +26,11 @@ export KUBECONFIG=$S/pki/admin.kubeconfig
 kubectl() { "$K/kubectl" --kubeconfig "$S/pki/admin.kubeconfig" "$@"; }   # built with kube (build-kube.sh)
 ctr() { command ctr --address "$CONTAINERD_SOCK" "$@"; }
 log() { echo "lab: $*" >&2; }
+start() { # start <name> <cmd...>: in the background, logging to $S/logs/<name>.log, pid recorded
+  local n=$1; shift
+  setsid "$@" >>"$S/logs/$n.log" 2>&1 </dev/null &
+  echo "$n $!" >>"$S/pids"
+}
 wait_for() { # wait_for <what> <seconds> <cmd...>: poll until the command succeeds
   local what=$1 secs=$2; shift 2
   local end=$((SECONDS + secs))

@@ -5,6 +5,10 @@
 #                         kubelet, containerd, kube-proxy, kube-router and pods stop (SIGSTOP);
 #                         the API server learns of it only from the missing heartbeats
 #   thaw NODE             the reverse: everything continues (SIGCONT), the uplink comes up
+#   kill NODE             the node's power lost: its uplink goes down and every process of it
+#                         (daemons and pods) is killed
+#   boot NODE             a killed node started again: its containerd, kubelet, kube-proxy and
+#                         kube-router (the kubelet then restarts its pods), its uplink up
 #   cut NODE              only its uplink down: it runs on, and reaches nothing
 #   restore NODE          its uplink up
 #   partition NODE        cut from the control plane only: its traffic to and from the API server
@@ -14,12 +18,12 @@
 #   restart-kubelet NODE  the kubelet stopped (SIGTERM) and started again with the same flags
 #   drain NODE            kubectl drain (cordon, then evictions that respect disruption budgets)
 #   uncordon NODE
-# freeze, cut and partition act on the nodes 2..N: node 1 is the machine, which also runs the
+# freeze, kill, cut and partition act on the nodes 2..N: node 1 is the machine, which also runs the
 # control plane, the sites' links and the cloud.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 [ "$(id -u)" = 0 ] || { log "needs root"; exit 1; }
-action=${1:?usage: node.sh freeze|thaw|cut|restore|partition|heal|restart-kubelet|drain|uncordon NODE}
+action=${1:?usage: node.sh freeze|thaw|kill|boot|cut|restore|partition|heal|restart-kubelet|drain|uncordon NODE}
 name=${2:?usage: node.sh ACTION NODE}
 i=$(node_index "$name")
 worker() { [ "$i" != 1 ] || { log "$action acts on the nodes 2..$LAB_NODES; $name is the machine itself"; exit 2; }; }
@@ -45,6 +49,19 @@ case $action in
     signal_all CONT
     ip link set "$(node_link "$i")" up
     log "$name thawed" ;;
+  kill)
+    worker
+    ip link set "$(node_link "$i")" down
+    n=$(node_pids | wc -l)
+    signal_all KILL
+    log "$name killed ($n processes, uplink down)" ;;
+  boot)
+    worker
+    [ -z "$(node_pids)" ] || { log "$name is running (node.sh kill $name first)"; exit 1; }
+    node_start "$i" "$S/images"
+    node_kube_router "$i" "$("$root/hack/lab/kube-router.sh")"
+    ip link set "$(node_link "$i")" up
+    log "$name booted" ;;
   cut)
     worker
     ip link set "$(node_link "$i")" down
@@ -85,9 +102,8 @@ NFT
     kill -TERM "$pid"
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     on=(); [ "$i" = 1 ] || on=(nsenter --net="/run/netns/$name" --mount="$(node_dir "$i")/mnt" --)
-    setsid "${on[@]}" "${cmd[@]}" >>"$S/logs/$tag.log" 2>&1 </dev/null &
-    echo "$tag $!" >>"$S/pids"
-    log "$name: kubelet restarted (pid $!)" ;;
+    start "$tag" "${on[@]}" "${cmd[@]}"
+    log "$name: kubelet restarted" ;;
   drain)
     kubectl drain "$name" --ignore-daemonsets --delete-emptydir-data --timeout=180s >&2 ;;
   uncordon)

@@ -165,6 +165,12 @@ func test2bAcrossNodes(t *testing.T) {
 	t.Run("a node frozen: NotReady after the grace period, and the backend on it unreachable until it is back", func(t *testing.T) {
 		nodeLost(t, backendNode)
 	})
+	t.Run("a node killed and booted again: the backend unreachable, then served again", func(t *testing.T) {
+		sum := withNodeFault(t, backendNode, "kill", "boot", func() { siteCutOff(t, "hq", 1, urlWeb()) })
+		if sum.failed == 0 {
+			t.Errorf("no probe failed while %s was down", backendNode)
+		}
+	})
 	t.Run("a node cut off: the backend unreachable until its link is restored", func(t *testing.T) {
 		sum := withNodeFault(t, backendNode, "cut", "restore", func() { siteCutOff(t, "hq", 1, urlWeb()) })
 		if sum.failed == 0 {
