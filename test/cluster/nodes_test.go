@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -139,21 +138,8 @@ func test2bAcrossNodes(t *testing.T) {
 			t.Fatalf("the client runs on %s, not %s", running.Spec.NodeName, b)
 		}
 		url := fmt.Sprintf("http://%s:2222/", svc.Spec.ClusterIP)
-		var out string
-		err = eventually(60*time.Second, func() error {
-			var err error
-			if out, err = L.podExec(20*time.Second, labNS, pod.Name, "/pause", "get", url); err != nil {
-				return err
-			}
-			if !strings.Contains(out, "lan of "+x.site+", you are "+vip) {
-				return fmt.Errorf("unexpected answer %q (want the site to see %s)", strings.TrimSpace(out), vip)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s (%s, on %s) -> %s -> %s on %s -> %s: %s", pod.Name, running.Status.PodIP, b, url, x.gateway, a, x.site, strings.TrimSpace(out))
+		out := reverseExposureReached(t, pod.Name, url, x.site, vip)
+		t.Logf("%s (%s, on %s) -> %s -> %s on %s -> %s: %s", pod.Name, running.Status.PodIP, b, url, x.gateway, a, x.site, out)
 	})
 
 	t.Run("NetworkPolicy is enforced between pods of different nodes", func(t *testing.T) {

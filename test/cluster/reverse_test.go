@@ -151,22 +151,8 @@ func test4fReverseExposures(t *testing.T) {
 				x.gateway, x.peer, siteHost(x.index), svc.Name, url, vip)
 
 			t.Run("a pod of the gateway's namespace reaches it, from the virtual IP", func(t *testing.T) {
-				var out string
-				err := eventually(60*time.Second, func() error {
-					var err error
-					out, err = L.podExec(20*time.Second, labNS, own.Name, "/pause", "get", url)
-					if err != nil {
-						return err
-					}
-					if !strings.Contains(out, "lan of "+x.site+", you are "+vip) {
-						return fmt.Errorf("unexpected answer %q (want the site to see %s)", strings.TrimSpace(out), vip)
-					}
-					return nil
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("%s/%s: %s", labNS, own.Name, strings.TrimSpace(out))
+				out := reverseExposureReached(t, own.Name, url, x.site, vip)
+				t.Logf("%s/%s: %s", labNS, own.Name, out)
 			})
 
 			t.Run("a pod of another namespace does not", func(t *testing.T) {
@@ -408,4 +394,25 @@ func reverseExposureService(t *testing.T, gateway string) (corev1.Service, strin
 		t.Fatal(err)
 	}
 	return svc, vip
+}
+
+// reverseExposureReached waits until the pod (of the lab's namespace) gets the site's LAN
+// listener's answer through url, the site seeing the exposure's virtual IP; it returns the answer.
+func reverseExposureReached(t *testing.T, pod, url, site, vip string) string {
+	t.Helper()
+	var out string
+	err := eventually(60*time.Second, func() error {
+		var err error
+		if out, err = L.podExec(20*time.Second, labNS, pod, "/pause", "get", url); err != nil {
+			return err
+		}
+		if !strings.Contains(out, "lan of "+site+", you are "+vip) {
+			return fmt.Errorf("unexpected answer %q (want the site to see %s)", strings.TrimSpace(out), vip)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(out)
 }
