@@ -476,15 +476,9 @@ func (l *lab) podsGone(namespace string, sel client.MatchingLabels, ip string, t
 // rolloutRestart restarts a Deployment as `kubectl rollout restart` does and waits for the
 // rollout to complete as `kubectl rollout status` does.
 func (l *lab) rolloutRestart(namespace, name string, timeout time.Duration) error {
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339))
-	return l.patchDeployment(namespace, name, patch, timeout)
-}
-
-// patchDeployment applies a strategic merge patch to a Deployment and waits for the rollout to
-// complete as `kubectl rollout status` does.
-func (l *lab) patchDeployment(namespace, name, patch string, timeout time.Duration) error {
 	c, cancel := ctx(30 * time.Second)
 	defer cancel()
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339))
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 	if err := l.c.Patch(c, d, client.RawPatch(types.StrategicMergePatchType, []byte(patch))); err != nil {
 		return err
