@@ -85,9 +85,10 @@ if command -v ipset >/dev/null; then
   for s in $(ipset list -n 2>/dev/null | grep -E "$KR_SETS"); do ipset destroy "$s" 2>/dev/null; done
 fi
 
-# kube-proxy's nftables tables, our masquerade table and the pod source guard's
+# kube-proxy's nftables tables and every table of the lab's own (bnerd-lab*: the masquerade, the
+# pod source guard, and any an older or interrupted run left)
 "$K/kube-proxy" --cleanup >/dev/null 2>&1 || true
-for t in "ip kube-proxy" "ip6 kube-proxy" "ip bnerd-lab" "bridge bnerd-lab-srcguard"; do nft delete table $t 2>/dev/null; done
+lab_nft_tables | grep -v ' bnerd_vpn' | while read -r fam name; do nft delete table "$fam" "$name" 2>/dev/null; done
 # iptables(-nft) tables the kubelet created (KUBE-KUBELET-CANARY, KUBE-FIREWALL, ...): delete
 # those that did not exist before cluster-up; in pre-existing ones only kubelet's chains go
 for t in "ip mangle" "ip filter" "ip nat" "ip6 mangle" "ip6 filter" "ip6 nat"; do
@@ -140,7 +141,7 @@ left=$( { pgrep -f "^($root/bin/tools/kube-router-|$K/)" | sed 's/^/process /'
           command -v ipset >/dev/null && ipset list -n 2>/dev/null | grep -E "$KR_SETS" | sed 's/^/ipset /'
           ip netns list 2>/dev/null | awk '/^lab-(node|site)-/ {print "netns " $1}'
           ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "^($NODENET_BRIDGE|$BRIDGE|lab-n[0-9]+|lab-s[0-9]+)$" | sed 's/^/link /'
-          nft list tables 2>/dev/null | grep -E '^table (ip bnerd-lab|bridge bnerd-lab-srcguard|ip6? kube-proxy|ip bnerd_vpn(_gate)?)$' | sed 's/^/nft /'
+          lab_nft_tables | sed 's/^/nft table /'
           awk -v s="$S" 'index($2, s)==1 {print "mount " $2}' /proc/self/mounts
           ls -d /sys/fs/cgroup/*/"${CGROUP_ROOT#/}" /sys/fs/cgroup/*/"${CGROUP_ROOT#/}"-* 2>/dev/null | sed 's/^/cgroup /'; } || true)
 if [ -n "$left" ]; then

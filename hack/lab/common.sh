@@ -26,6 +26,12 @@ export KUBECONFIG=$S/pki/admin.kubeconfig
 kubectl() { "$K/kubectl" --kubeconfig "$S/pki/admin.kubeconfig" "$@"; }   # built with kube (build-kube.sh)
 ctr() { command ctr --address "$CONTAINERD_SOCK" "$@"; }
 log() { echo "lab: $*" >&2; }
+# lab_nft_tables: "<family> <name>" of every nft table the lab owns in this network namespace —
+# any named bnerd-lab* (the lab's own), kube-proxy's, and the host-network gateway's — so a
+# sweep also finds one an interrupted or older run left behind
+lab_nft_tables() {
+  nft list tables 2>/dev/null | awk '$3 ~ /^(bnerd-lab|kube-proxy$|bnerd_vpn$|bnerd_vpn_gate$)/ {print $2, $3}'
+}
 start() { # start <name> <cmd...>: in the background, logging to $S/logs/<name>.log, pid recorded
   local n=$1; shift
   setsid "$@" >>"$S/logs/$n.log" 2>&1 </dev/null &
