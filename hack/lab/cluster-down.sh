@@ -88,7 +88,7 @@ fi
 # kube-proxy's nftables tables and every table of the lab's own (bnerd-lab*: the masquerade, the
 # pod source guard, and any an older or interrupted run left)
 "$K/kube-proxy" --cleanup >/dev/null 2>&1 || true
-lab_nft_tables | grep -v ' bnerd_vpn' | while read -r fam name; do nft delete table "$fam" "$name" 2>/dev/null; done
+lab_nft_tables | awk '$2 !~ /^bnerd_vpn/' | while read -r fam name; do nft delete table "$fam" "$name" 2>/dev/null; done
 # iptables(-nft) tables the kubelet created (KUBE-KUBELET-CANARY, KUBE-FIREWALL, ...): delete
 # those that did not exist before cluster-up; in pre-existing ones only kubelet's chains go
 for t in "ip mangle" "ip filter" "ip nat" "ip6 mangle" "ip6 filter" "ip6 nat"; do

@@ -20,7 +20,7 @@ KR=$("$root/hack/lab/build.sh")
 if [ -f "$S/pids" ] && grep -q . "$S/pids"; then log "a lab is already up (state in $S); run hack/lab/cluster-down.sh first"; exit 1; fi
 # tables an interrupted or older run left would act on this run's traffic (a stale DNAT of an
 # address the lab reuses): swept before anything starts
-lab_nft_tables | grep -v ' bnerd_vpn' | while read -r fam name; do
+lab_nft_tables | awk '$2 !~ /^bnerd_vpn/' | while read -r fam name; do
   log "removing the nft table $fam $name a previous run left"; nft delete table "$fam" "$name"
 done
 mkdir -p "$S"/{pki,etcd,logs,containerd,cni/net.d,cni/ipam,kubelet,kubelet-certs,kubelet-plugins,manifests}

@@ -36,7 +36,7 @@ BACKEND_NODE=$(node_name "$LAB_NODES")
 log "sample client in namespace $NS (its gateways on $NODE, its backend on $BACKEND_NODE)"
 BACKEND_PLACEMENT="nodeSelector: {kubernetes.io/hostname: $BACKEND_NODE}"
 [ "$LAB_NODES" = 1 ] || BACKEND_PLACEMENT="$BACKEND_PLACEMENT
-      tolerations: [{key: $WORKER_TAINT, operator: Exists, effect: NoSchedule}]"
+      tolerations: [{key: $WORKER_TAINT, operator: Exists}]"
 touch "$S/lab-gateway"
 kubectl apply -f - >/dev/null <<YAML
 apiVersion: v1

@@ -137,7 +137,7 @@ JSON
   done
   kubelet_cert=kubelet; [ "$i" = 1 ] || kubelet_cert="kubelet-$n"
   [ -f "$pki/$kubelet_cert.kubeconfig" ] || lab_cert "$kubelet_cert" "/O=system:nodes/CN=system:node:$n"
-  local taints="[]"; [ "$i" = 1 ] || taints="[{key: $WORKER_TAINT, effect: NoSchedule}]"
+  local taints="[]"; [ "$i" = 1 ] || taints="[{key: $WORKER_TAINT, effect: PreferNoSchedule}]"
   cat >"$d/kubelet/config.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration

@@ -135,8 +135,8 @@ func applyYAML(t *testing.T, doc string) {
 	}
 }
 
-// cloudGateway is an IPsec VPNGateway exposing the Service web, with the given endpoint (YAML).
-func cloudGateway(name, endpoint string) string {
+// ipsecGatewayYAML is an IPsec VPNGateway exposing the Service web, with the given endpoint (YAML).
+func ipsecGatewayYAML(name, endpoint string) string {
 	return fmt.Sprintf(`apiVersion: vpn.bnerd.net/v1alpha1
 kind: VPNGateway
 metadata: {name: %s, namespace: %s}
@@ -251,7 +251,7 @@ func ikePorts(g neutronfake.SecurityGroup) []int {
 // unanswered; the operator's resync of the ready endpoint restores the rules and the site
 // negotiates again.
 func test12CloudGateway(t *testing.T) {
-	applyYAML(t, cloudGateway(cloudGW, "{floatingIPPool: public}"))
+	applyYAML(t, ipsecGatewayYAML(cloudGW, "{floatingIPPool: public}"))
 	if err := L.ipsecPeerOf(cloudGW, cloudSite, cloudSiteIndex, "lab-cloud-"+randomHex(12), []string{"web"}); err != nil {
 		t.Fatal(err)
 	}
@@ -527,7 +527,7 @@ func test13Cutover(t *testing.T) {
 	t.Logf("VM: port %s (%s, MAC %s) holds %s", vmPort.ID, vmIP, vmPort.MACAddress, pinnedFIP)
 
 	// The gateway pinned to the VM's address waits with Conflict naming the VM's port.
-	applyYAML(t, cloudGateway(pinnedGW, "{floatingIP: "+pinnedFIP+"}"))
+	applyYAML(t, ipsecGatewayYAML(pinnedGW, "{floatingIP: "+pinnedFIP+"}"))
 	if err := L.ipsecPeerOf(pinnedGW, vmSite, vmSiteIndex, psk, []string{"web"}); err != nil {
 		t.Fatal(err)
 	}
@@ -619,7 +619,7 @@ func test13Cutover(t *testing.T) {
 		t.Fatalf("POST /faults: %s", resp.Status)
 	}
 	windowed := time.Now()
-	applyYAML(t, cloudGateway(cloudGW, "{floatingIPPool: public}"))
+	applyYAML(t, ipsecGatewayYAML(cloudGW, "{floatingIPPool: public}"))
 	if _, _, err := gatewayCondition(cloudGW, vpnv1.ConditionEndpointReady, metav1.ConditionTrue, "", 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}

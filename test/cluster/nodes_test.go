@@ -5,14 +5,20 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 )
 
-// workerTaint keeps the scheduler's own choices on node 1: the other nodes take only the pods
-// that tolerate it (WORKER_TAINT in hack/lab/nodes.sh).
+// workerTaint (PreferNoSchedule) keeps the scheduler's own choices on node 1: the other nodes
+// take the pods placed there (a node selector or a gateway's node) and those that tolerate it
+// (WORKER_TAINT in hack/lab/nodes.sh).
 const workerTaint = "lab.bnerd.net/worker"
 
 // labNodeCount is how many nodes the lab runs (LAB_NODES, default 3, as in hack/lab/nodes.sh).
@@ -38,14 +44,16 @@ func onNode(p *corev1.Pod, node string) *corev1.Pod {
 		return p
 	}
 	p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
-	p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: workerTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+	p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: workerTaint, Operator: corev1.TolerationOpExists})
 	return p
 }
 
 // 2b: the lab's nodes, and paths that cross them: a site through a gateway on node 1 to the
 // sample's backend on the last node, a pod on node 2 through a gateway on node 1 to a site,
-// NetworkPolicy between pods of three nodes, and the backend's node lost without telling the API
-// (how long until the API calls it NotReady, how long the site's requests fail).
+// NetworkPolicy between pods of three nodes; then each fault of hack/lab/node.sh once: node 2
+// frozen under a host-network gateway (how long until the API calls it NotReady, how long that
+// gateway is unreachable, the gateways of node 1 untouched), the backend's node killed, cut off,
+// partitioned, its kubelet restarted, drained.
 func test2bAcrossNodes(t *testing.T) {
 	want := labNodeCount()
 	if want < 3 {
@@ -146,10 +154,10 @@ func test2bAcrossNodes(t *testing.T) {
 		networkPolicyEnforced(t, podPlacement{server: b, ownClient: c, otherClient: a})
 	})
 
-	// the faults of hack/lab/node.sh, each once, on the backend's node, with hq probing the
-	// backend through its gateway on node 1
-	t.Run("a node frozen: NotReady after the grace period, and the backend on it unreachable until it is back", func(t *testing.T) {
-		nodeLost(t, backendNode)
+	// the faults of hack/lab/node.sh, each once: a freeze of node 2 under a gateway, the others
+	// on the backend's node, with hq probing the backend through its gateway on node 1
+	t.Run("a gateway's node frozen: NotReady after the grace period, that gateway unreachable until the node is back, the others serve on", func(t *testing.T) {
+		gatewayNodeLost(t, b, edgeGateway(t, b))
 	})
 	t.Run("a node killed and booted again: the backend unreachable, then served again", func(t *testing.T) {
 		sum := withNodeFault(t, backendNode, "kill", "boot", func() { siteCutOff(t, "hq", 1, urlWeb()) })
@@ -257,10 +265,22 @@ func nodeCondition(node string, ready bool, timeout time.Duration) error {
 // reaches the backend again afterwards; it logs and returns the probes' summary.
 func withNodeFault(t *testing.T, node, fault, undo string, during func()) probeSummary {
 	t.Helper()
-	if err := siteLive("hq", 1, urlWeb(), 60*time.Second); err != nil {
-		t.Fatalf("hq before the fault: %v", err)
+	return withNodeFaultProbed(t, node, fault, undo, during, []faultSite{hqSite(0)})[0]
+}
+
+// withNodeFaultProbed is withNodeFault with the given sites probing, each its own URL; it
+// returns their summaries in the same order.
+func withNodeFaultProbed(t *testing.T, node, fault, undo string, during func(), sites []faultSite) []probeSummary {
+	t.Helper()
+	var probes []*prober
+	for _, s := range sites {
+		if err := siteLive(s.name, s.index, s.url(), 60*time.Second); err != nil {
+			t.Fatalf("%s before the fault: %v", s.name, err)
+		}
 	}
-	probe := startProber("hq", 1, urlWeb())
+	for _, s := range sites {
+		probes = append(probes, startProber(s.name, s.index, s.url()))
+	}
 	undone := undo == ""
 	t.Cleanup(func() {
 		if !undone {
@@ -268,7 +288,9 @@ func withNodeFault(t *testing.T, node, fault, undo string, during func()) probeS
 		}
 	})
 	if err := nodeScript(fault, node); err != nil {
-		probe.finish()
+		for _, p := range probes {
+			p.finish()
+		}
 		t.Fatal(err)
 	}
 	during()
@@ -279,28 +301,106 @@ func withNodeFault(t *testing.T, node, fault, undo string, during func()) probeS
 		}
 	}
 	nodeReady(t, node, 120*time.Second)
-	if err := siteLive("hq", 1, urlWeb(), 90*time.Second); err != nil {
-		t.Errorf("hq after %s %s: %v", fault, node, err)
+	for _, s := range sites {
+		if err := siteLive(s.name, s.index, s.url(), 90*time.Second); err != nil {
+			t.Errorf("%s after %s %s: %v", s.name, fault, node, err)
+		}
 	}
-	sum := probe.finish()
-	t.Logf("%s %s: hq -> web with its backend there: %s", fault, node, sum)
-	return sum
+	var sums []probeSummary
+	for i, p := range probes {
+		sum := p.finish()
+		t.Logf("%s %s: %s -> %s: %s", fault, node, sites[i].name, sites[i].url(), sum)
+		sums = append(sums, sum)
+	}
+	return sums
 }
 
-// nodeLost freezes the backend's node (hack/lab/node.sh freeze: its uplink down, its processes
-// stopped) with hq probing the backend through its gateway on node 1; it measures how long the
-// API takes to call the node NotReady and how long hq's requests fail, then thaws it.
-func nodeLost(t *testing.T, node string) {
+// The gateway the e2e runs on another node than node 1 for a node lost under it: host network
+// (its node's address is its public address), pinned to the node, exposing web to its site.
+const (
+	edgeGW        = "edge-gw"
+	edgeSite      = "edge"
+	edgeSiteIndex = 11
+)
+
+// edgeGateway runs edgeGW on node with its peer and its site, and waits until the site reaches
+// web through it; it returns that URL. The gateway and its peer are removed at cleanup.
+func edgeGateway(t *testing.T, node string) string {
+	t.Helper()
+	applyYAML(t, ipsecGatewayYAML(edgeGW, fmt.Sprintf("{hostNetwork: {nodeName: %s}}", node)))
+	t.Cleanup(func() {
+		for _, o := range []client.Object{
+			&vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Name: edgeSite, Namespace: labNS}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: edgeSite + "-psk", Namespace: labNS}},
+			&vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Name: edgeGW, Namespace: labNS}},
+		} {
+			if err := L.deleteAndWait(o, 2*time.Minute); err != nil {
+				t.Errorf("removing %s: %v", o.GetName(), err)
+			}
+		}
+	})
+	if err := L.ipsecPeerOf(edgeGW, edgeSite, edgeSiteIndex, "lab-edge-"+randomHex(12), []string{"web"}); err != nil {
+		t.Fatal(err)
+	}
+	gw, c, err := gatewayCondition(edgeGW, vpnv1.ConditionGatewayAvailable, metav1.ConditionTrue, "", 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := L.gatewayPod(edgeGW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Spec.NodeName != node {
+		t.Fatalf("gateway %s runs on %s, not %s", edgeGW, pod.Spec.NodeName, node)
+	}
+	if out, err := L.sh(2*time.Minute, fmt.Sprintf(`"$LAB_ROOT/hack/lab/site.sh" %s %d`, edgeSite, edgeSiteIndex)); err != nil {
+		t.Fatalf("site %s: %v %s", edgeSite, err, out)
+	}
+	url := "http://" + exposureVIP(gw, "web") + ":8080/"
+	if err := siteLive(edgeSite, edgeSiteIndex, url, 2*time.Minute); err != nil {
+		t.Fatalf("%s -> %s on %s -> web: %v", edgeSite, edgeGW, node, err)
+	}
+	t.Logf("%s -> %s on %s (public address %s, %s) -> web %s: answered", edgeSite, edgeGW, node, gw.Status.PublicAddress, c.Reason, url)
+	return url
+}
+
+// gatewayNodeLost freezes a node running edgeGW (hack/lab/node.sh freeze: its uplink down, its
+// processes stopped) with the gateway's site probing through it and hq probing the backend
+// through its gateway on node 1. It measures how long the API takes to call the node NotReady
+// and how long the gateway is unreachable; until the node is thawed (right after NotReady) the
+// API keeps the gateway's pod bound to it, as Kubernetes does for the pod's not-ready and
+// unreachable tolerations (300 s unless set) — and a host-network gateway is never moved.
+func gatewayNodeLost(t *testing.T, node, url string) {
 	var notReady time.Duration
+	var bound string
 	t0 := time.Now()
-	sum := withNodeFault(t, node, "freeze", "thaw", func() {
+	edge := faultSite{edgeSite, edgeSiteIndex, func() string { return url }, 0}
+	sums := withNodeFaultProbed(t, node, "freeze", "thaw", func() {
 		if err := nodeCondition(node, false, 120*time.Second); err != nil {
 			t.Fatalf("%v %.0fs after the freeze", err, time.Since(t0).Seconds())
 		}
 		notReady = time.Since(t0)
 		t.Logf("%s frozen: the API called it NotReady after %.1fs (the node monitor's grace period)", node, notReady.Seconds())
-	})
-	if sum.failed == 0 {
-		t.Errorf("no probe failed while the backend's node was frozen: the backend was not on it")
+		cx, cancel := ctx(20 * time.Second)
+		defer cancel()
+		var pods corev1.PodList
+		if err := L.c.List(cx, &pods, client.InNamespace(labNS), client.MatchingLabels{gatewayKey: edgeGW}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			bound += fmt.Sprintf(" %s on %s (%s)", p.Name, p.Spec.NodeName, p.Status.Phase)
+			if p.Spec.NodeName != node {
+				t.Errorf("gateway %s has a pod on %s while %s is NotReady: %s", edgeGW, p.Spec.NodeName, node, p.Name)
+			}
+		}
+	}, []faultSite{hqSite(0), edge})
+	hq, lost := sums[0], sums[1]
+	if lost.failed == 0 {
+		t.Errorf("no probe through %s failed while its node %s was frozen", edgeGW, node)
 	}
+	if hq.failed != 0 {
+		t.Errorf("hq -> %s on %s -> the backend: %d probes failed while %s was frozen: %s", ipsecGW, labNode, hq.failed, node, strings.Join(hq.why, "; "))
+	}
+	t.Logf("gateway %s on the frozen %s: unreachable for %.1fs (longest outage; the node NotReady after %.1fs, thawed then; the API's pods at NotReady:%s)",
+		edgeGW, node, lost.longestOutage.Seconds(), notReady.Seconds(), bound)
 }
