@@ -234,6 +234,7 @@ func TestChartValuesBecomeFlags(t *testing.T) {
 		"gateway.pod.nodeSelector.dedicated=vpn", "gateway.pod.priorityClassName=vpn-gateways", "gateway.pod.imagePullSecrets[0].name=regcred",
 		"gateway.pod.tolerations[0].key=dedicated", "gateway.pod.tolerations[0].operator=Equal", "gateway.pod.tolerations[0].value=vpn",
 		"gateway.pod.tolerations[0].effect=NoSchedule", "gateway.pod.resources.requests.cpu=100m", "gateway.pod.resources.limits.memory=512Mi",
+		"gateway.pod.nodeLossToleration=20s",
 	))
 	for _, want := range []string{
 		"--leader-elect", "--leader-elect-lease-duration=40s", "--service-cidr-pool=100.80.0.0/16",
@@ -246,7 +247,7 @@ func TestChartValuesBecomeFlags(t *testing.T) {
 		"--openstack-clouds-yaml=/etc/openstack/clouds.yaml", "--openstack-network-id=net-1", "--openstack-resync=90s",
 		"--gateway-node-selector=dedicated=vpn", "--gateway-priority-class=vpn-gateways", "--gateway-image-pull-secrets=regcred",
 		`--gateway-tolerations=[{"effect":"NoSchedule","key":"dedicated","operator":"Equal","value":"vpn"}]`,
-		"--gateway-cpu-request=100m", "--gateway-memory-limit=512Mi",
+		"--gateway-cpu-request=100m", "--gateway-memory-limit=512Mi", "--gateway-node-loss-toleration=20s",
 	} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)

@@ -93,6 +93,9 @@ func command() *cobra.Command {
 			if cfg.Render.Pod.Tolerations, err = operator.GatewayTolerations(gatewayTolerations); err != nil {
 				return err
 			}
+			if cfg.Render.Pod.NodeLossToleration < 0 {
+				return fmt.Errorf("--gateway-node-loss-toleration %s: must not be negative", cfg.Render.Pod.NodeLossToleration)
+			}
 			switch pp := corev1.PullPolicy(pullPolicy); pp {
 			case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 				cfg.Render.ImagePullPolicy = pp
@@ -146,6 +149,8 @@ func command() *cobra.Command {
 	f.StringVar(&pullPolicy, "image-pull-policy", "IfNotPresent", "pull policy of the gateway images (Always, IfNotPresent, Never)")
 	f.StringToStringVar(&cfg.Render.Pod.NodeSelector, "gateway-node-selector", nil, "node labels gateway pods must match (key=value,...; a host-network gateway is pinned to its node as well)")
 	f.StringVar(&gatewayTolerations, "gateway-tolerations", "", "tolerations of gateway pods: a JSON list of Kubernetes tolerations")
+	f.DurationVar(&cfg.Render.Pod.NodeLossToleration, "gateway-node-loss-toleration", 15*time.Second,
+		"how long a pod-network gateway's pod stays on a node that is not ready or unreachable before it is evicted and started on another (0: Kubernetes' default, 300s; host-network gateways keep the default)")
 	f.StringVar(&cfg.Render.Pod.PriorityClassName, "gateway-priority-class", "", "PriorityClass of gateway pods (empty: the cluster's default)")
 	f.StringSliceVar(&cfg.Render.Pod.ImagePullSecrets, "gateway-image-pull-secrets", nil, "Secrets, in each gateway's namespace, to pull the gateway images with")
 	f.StringVar(&gatewayCPURequest, "gateway-cpu-request", "50m", "CPU request of each gateway container (empty: none)")

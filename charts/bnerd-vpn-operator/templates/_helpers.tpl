@@ -38,6 +38,10 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- with .tolerations }}
 - {{ printf "--gateway-tolerations=%s" (toJson .) | quote }}
 {{- end }}
+{{- /* only when it differs from the operator's default (15s) */}}
+{{- if and .nodeLossToleration (ne (toString .nodeLossToleration) "15s") }}
+- --gateway-node-loss-toleration={{ .nodeLossToleration }}
+{{- end }}
 {{- with .priorityClassName }}
 - --gateway-priority-class={{ . }}
 {{- end }}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -138,6 +139,12 @@ type PodSettings struct {
 	ImagePullSecrets []string
 	// Resources of each container; nil: DefaultResources.
 	Resources *corev1.ResourceRequirements
+	// NodeLossToleration is how long a pod-network gateway's pod stays bound to a node that is
+	// not ready or unreachable before Kubernetes evicts it and its Deployment starts another on a
+	// healthy node (NoExecute tolerations of node.kubernetes.io/not-ready and unreachable);
+	// zero leaves Kubernetes' default, 300 s. Tolerations of those taints among Tolerations win.
+	// A host-network gateway is pinned to its node and keeps the default.
+	NodeLossToleration time.Duration
 }
 
 // DefaultResources are each gateway container's requests and limits unless the admin sets

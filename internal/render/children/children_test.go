@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/bnerd/bnerd-vpn-operator/internal/testing/golden"
 	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/golden"
 )
 
 func mustRender(t *testing.T, gw *model.Gateway, opts Options) *Children {
@@ -975,5 +976,32 @@ func TestReverseServices(t *testing.T) {
 	gw.ReverseExposures[0].Name = "and-an-exposure-name-that-is-too-long"
 	if _, err := Render(gw, ownerOf(gw), Options{AgentImage: testAgentImage, StrongSwanImage: testStrongSwanImage}); err == nil || !strings.Contains(err.Error(), "Service name") {
 		t.Errorf("a Service name over 63 characters: %v", err)
+	}
+}
+
+// A pod-network gateway's pod leaves a lost node after NodeLossToleration; a host-network one,
+// pinned to its node, keeps Kubernetes' default.
+func TestNodeLossToleration(t *testing.T) {
+	opts := renderCases()[0].opts
+	opts.Pod.NodeLossToleration = 15 * time.Second
+	for _, tc := range []struct {
+		name string
+		gw   func() *model.Gateway
+		want map[string]int64 // taint key -> seconds
+	}{
+		{"pod network", ipsecSingleSNAT, map[string]int64{corev1.TaintNodeNotReady: 15, corev1.TaintNodeUnreachable: 15}},
+		{"host network", ipsecHostNetworkTwoPeers, map[string]int64{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := map[string]int64{}
+			for _, tol := range mustRender(t, tc.gw(), opts).Deployment.Spec.Template.Spec.Tolerations {
+				if tol.Key != nil && tol.TolerationSeconds != nil && *tol.Effect == corev1.TaintEffectNoExecute {
+					got[*tol.Key] = *tol.TolerationSeconds
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("NoExecute tolerations %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package children
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -104,13 +105,31 @@ func resources(opts Options) *corev1ac.ResourceRequirementsApplyConfiguration {
 	return out
 }
 
+// tolerateNodeLoss bounds how long a pod stays on a lost node (PodSettings.NodeLossToleration).
+func tolerateNodeLoss(spec *corev1ac.PodSpecApplyConfiguration, p PodSettings) {
+	seconds := int64(p.NodeLossToleration.Round(time.Second) / time.Second)
+	if seconds <= 0 {
+		return
+	}
+	for _, key := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
+		if slices.ContainsFunc(p.Tolerations, func(t corev1.Toleration) bool { return t.Key == key }) {
+			continue
+		}
+		spec.WithTolerations(corev1ac.Toleration().WithKey(key).WithOperator(corev1.TolerationOpExists).
+			WithEffect(corev1.TaintEffectNoExecute).WithTolerationSeconds(seconds))
+	}
+}
+
 // placePod applies the admin's placement of gateway pods to spec.
 func placePod(spec *corev1ac.PodSpecApplyConfiguration, p PodSettings) {
 	if len(p.NodeSelector) > 0 {
 		spec.WithNodeSelector(p.NodeSelector)
 	}
 	for _, t := range p.Tolerations {
-		tol := corev1ac.Toleration().WithKey(t.Key).WithOperator(t.Operator).WithValue(t.Value).WithEffect(t.Effect)
+		tol := corev1ac.Toleration().WithKey(t.Key).WithOperator(t.Operator).WithEffect(t.Effect)
+		if t.Value != "" {
+			tol.WithValue(t.Value)
+		}
 		if t.TolerationSeconds != nil {
 			tol.WithTolerationSeconds(*t.TolerationSeconds)
 		}
@@ -315,6 +334,7 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 		// or allowedUnsafeSysctls in the KubeletConfiguration), or the pod is rejected with
 		// SysctlForbidden.
 		podSecurity.WithSysctls(corev1ac.Sysctl().WithName("net.ipv4.ip_forward").WithValue("1"))
+		tolerateNodeLoss(podSpec, opts.Pod)
 	}
 	podSpec.WithSecurityContext(podSecurity)
 

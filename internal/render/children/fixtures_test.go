@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 )
@@ -248,8 +249,13 @@ func renderCases() []renderCase {
 			gw:   ipsecSingleSNAT,
 			opts: Options{AgentImage: testAgentImage, StrongSwanImage: testStrongSwanImage, Pod: PodSettings{
 				NodeSelector:      map[string]string{"node-role.example.com/vpn": ""},
-				Tolerations:       []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vpn", Effect: corev1.TaintEffectNoSchedule}},
-				PriorityClassName: "vpn-gateways",
+				Tolerations: []corev1.Toleration{
+					{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vpn", Effect: corev1.TaintEffectNoSchedule},
+					// the admin's own unreachable toleration wins over NodeLossToleration's
+					{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](60)},
+				},
+				NodeLossToleration: 15 * time.Second,
+				PriorityClassName:  "vpn-gateways",
 				ImagePullSecrets:  []string{"registry-credentials"},
 				Resources: &corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
