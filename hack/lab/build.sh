@@ -2,7 +2,7 @@
 # Builds everything the lab runs, each cached so a second run builds nothing: Kubernetes
 # (build-kube.sh, bin/k8s), kube-router and helm (kube-router.sh, helm.sh, bin/tools; built
 # beside Kubernetes), the site's wireguard-go and the lab's CNI plugins lab-cloud and
-# lab-sourceguard (bin/lab), kubectl-vpn (bin/), the images (build-images.sh, bin/images) and
+# lab-sourceguard and its load balancer lab-lb (bin/lab), kubectl-vpn (bin/), the images (build-images.sh, bin/images) and
 # the cluster e2e's test binary (into the Go build cache only). cluster-up.sh runs it first; make test runs it while the
 # tests run, so the cluster e2e starts with everything built. Prints kube-router's path last.
 set -euo pipefail
@@ -28,6 +28,7 @@ static() { CGO_ENABLED=0 go "$1" -trimpath "${@:2}"; }
 static build -o bin/lab/wireguard-go golang.zx2c4.com/wireguard
 static build -o bin/lab/lab-cloud ./cmd/lab-cloud
 static build -o bin/lab/lab-sourceguard ./cmd/lab-sourceguard
+static build -o bin/lab/lab-lb ./cmd/lab-lb
 # kubectl vpn: the lab configures its client sites from its peer-config
 static build -o bin/kubectl-vpn ./cmd/kubectl-vpn
 # the cluster e2e's test binary, built as make e2e-cluster builds it: into the Go build cache

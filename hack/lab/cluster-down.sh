@@ -45,6 +45,7 @@ ip link del "$NODENET_BRIDGE" 2>/dev/null
 
 if [ -f "$S/pids" ]; then
   stop kube-router   # first: it would re-create its rules
+  stop lab-lb
   stop lab-cloud
   stop kubelet
   stop kube-proxy
@@ -136,7 +137,7 @@ rm -rf "$S"
 
 # nothing may be left: no process of the lab's builds, no chain or ipset of kube-router, no node
 # namespace, link, mount or cgroup
-left=$( { pgrep -f "^($root/bin/tools/kube-router-|$K/)" | sed 's/^/process /'
+left=$( { pgrep -f "^($root/bin/tools/kube-router-|$K/|$root/bin/lab/lab-lb )" | sed 's/^/process /'
           nft list table ip filter >/dev/null 2>&1 && iptables -S 2>/dev/null | grep -E -- "$KR_CHAINS" | sed 's/^/rule /'
           command -v ipset >/dev/null && ipset list -n 2>/dev/null | grep -E "$KR_SETS" | sed 's/^/ipset /'
           ip netns list 2>/dev/null | awk '/^lab-(node|site)-/ {print "netns " $1}'

@@ -149,5 +149,8 @@ for i in $(seq 1 "$LAB_NODES"); do
   wait_for "node $n Ready" 90 kubectl wait --for=condition=Ready "node/$n" --timeout=1s
   wait_for "kube-router (NetworkPolicy enforcer) of $n" 60 node_kube_router_ready "$i"
 done
+# the lab's load balancer for Services of class $LB_CLASS (internal/lab/lablb): $LB_IP forwarded
+# from the machine to a ready endpoint, on whichever node it runs
+start lab-lb "$root/bin/lab/lab-lb" --kubeconfig "$S/pki/admin.kubeconfig" --address "$LB_IP" --class "$LB_CLASS"
 wait_for "default ServiceAccount" 60 kubectl get serviceaccount default
 printf 'lab: cluster up in %.1fs — export KUBECONFIG=%s\n' "$(echo "$(date +%s.%N) - $t0" | bc)" "$KUBECONFIG" >&2

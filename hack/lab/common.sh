@@ -10,7 +10,8 @@ LAB_NS=lab-acme                             # the sample client's namespace
 # put on lo by cluster-up.sh, the sites' links are 198.51.100.<4i>/30, their LANs 203.0.113.<16i>/28.
 NODE_IP=${LAB_NODE_IP:-192.0.2.1}
 # the lab's load balancer address: the lab plays the cloud's load balancer for Services of class
-# lab.bnerd.net/static (it writes this address into their status; kube-proxy forwards it)
+# lab.bnerd.net/static (lab-lb, started by cluster-up.sh: it writes this address into their
+# status and forwards it from the machine to a ready endpoint, on any node)
 LB_IP=192.0.2.2
 LB_CLASS=lab.bnerd.net/static
 POD_CIDR=100.96.0.0/24
@@ -135,14 +136,6 @@ site_ensure() {
 # engineer hands it over (kubectl vpn peer-config, the PSK included).
 site_device_config() {
   "$root/bin/kubectl-vpn" peer-config "$1" -n "$LAB_NS" --format "$2" --include-secrets
-}
-# lab_load_balancer <namespace> <service>: the lab's load balancer for class $LB_CLASS: once the
-# Service exists, writes $LB_IP into its status as a cloud's load balancer controller would;
-# kube-proxy then forwards the address to the Service's endpoints.
-lab_load_balancer() {
-  wait_for "Service $1/$2" 60 kubectl -n "$1" get svc "$2"
-  kubectl -n "$1" patch svc "$2" --subresource=status --type=merge \
-    -p "{\"status\":{\"loadBalancer\":{\"ingress\":[{\"ip\":\"$LB_IP\"}]}}}" >/dev/null
 }
 # lab_ipsec_peer <name> <index> <psk> <exposures>: the PSK Secret and VPNPeer (of the gateway
 # acme-gw in $LAB_NS) for the IPsec site <name>, its device's address and LAN from its index, as

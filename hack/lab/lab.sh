@@ -155,7 +155,7 @@ log "client sites: hq (granted: web), branch (granted: web, admin)"
 "$root/hack/lab/site.sh" hq 1
 "$root/hack/lab/site.sh" branch 2
 
-lab_load_balancer "$NS" acme-wg-gateway-lb
+wait_for "the load balancer's address on acme-wg's Service (lab-lb)" 60 sh -c "kubectl -n $NS get svc acme-wg-gateway-lb -o jsonpath='{.status.loadBalancer.ingress[0].ip}' | grep -qx '$LB_IP'"
 wait_for "the WireGuard gateway's address and public key" 60 sh -c "kubectl -n $NS get vpngw acme-wg -o jsonpath='{.status.publicAddress} {.status.wireguardPublicKey} {.status.exposures[0].virtualIP}' | grep -q '^[^ ]\+ [^ ]\+ [^ ]\+$'"
 WG_CIDR=$(kubectl -n $NS get vpngw acme-wg -o jsonpath='{.status.serviceCIDR}')
 WG_KEY=$(kubectl -n $NS get vpngw acme-wg -o jsonpath='{.status.wireguardPublicKey}')

@@ -248,7 +248,7 @@ func renderCases() []renderCase {
 			name: "ipsec-snat-pod-settings",
 			gw:   ipsecSingleSNAT,
 			opts: Options{AgentImage: testAgentImage, StrongSwanImage: testStrongSwanImage, Pod: PodSettings{
-				NodeSelector:      map[string]string{"node-role.example.com/vpn": ""},
+				NodeSelector: map[string]string{"node-role.example.com/vpn": ""},
 				Tolerations: []corev1.Toleration{
 					{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vpn", Effect: corev1.TaintEffectNoSchedule},
 					// the admin's own unreachable toleration wins over NodeLossToleration's
@@ -256,7 +256,7 @@ func renderCases() []renderCase {
 				},
 				NodeLossToleration: 15 * time.Second,
 				PriorityClassName:  "vpn-gateways",
-				ImagePullSecrets:  []string{"registry-credentials"},
+				ImagePullSecrets:   []string{"registry-credentials"},
 				Resources: &corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
 					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
