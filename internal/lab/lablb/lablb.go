@@ -52,7 +52,7 @@ type ServiceEndpoints struct {
 
 // Plan computes the rules for the Services (sorted by namespace/name; a frontend another
 // Service already claimed is skipped and reported). For each Service port it picks a ready
-// endpoint, else a serving (terminating) one, keeping the previous target while it stays in the
+// endpoint that is not terminating, else a serving one, keeping the previous target while it stays in the
 // best tier; with none, the previous rule stays.
 func Plan(services []ServiceEndpoints, previous map[Frontend]Rule) (map[Frontend]Rule, []string) {
 	sort.Slice(services, func(i, j int) bool {
@@ -87,7 +87,8 @@ func Plan(services []ServiceEndpoints, previous map[Frontend]Rule) (map[Frontend
 }
 
 // choose picks the endpoint a Service port forwards to: the current one while it is in the best
-// tier there is (ready, else serving), otherwise the lowest address of that tier.
+// tier there is (ready and not terminating, else serving), otherwise the lowest address of that
+// tier.
 func choose(slices []discoveryv1.EndpointSlice, sp corev1.ServicePort, current netip.AddrPort, hasCurrent bool) (netip.AddrPort, bool) {
 	var ready, serving []netip.AddrPort
 	for _, s := range slices {
@@ -107,8 +108,11 @@ func choose(slices []discoveryv1.EndpointSlice, sp corev1.ServicePort, current n
 				continue
 			}
 			ap := netip.AddrPortFrom(addr, uint16(port))
+			// a terminating endpoint is never in the first tier: a Service that publishes
+			// not-ready addresses (the gateways' do) keeps it "ready" until its pod is gone
+			terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
 			switch {
-			case ep.Conditions.Ready == nil || *ep.Conditions.Ready:
+			case (ep.Conditions.Ready == nil || *ep.Conditions.Ready) && !terminating:
 				ready = append(ready, ap)
 			case ep.Conditions.Serving != nil && *ep.Conditions.Serving:
 				serving = append(serving, ap)

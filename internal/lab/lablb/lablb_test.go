@@ -17,6 +17,7 @@ import (
 type endpoint struct {
 	addr           string
 	ready, serving bool
+	terminating    bool
 }
 
 func service(name string, ports ...corev1.ServicePort) ServiceEndpoints {
@@ -34,7 +35,7 @@ func withSlice(se ServiceEndpoints, portName string, proto corev1.Protocol, port
 	for _, e := range eps {
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
 			Addresses:  []string{e.addr},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(e.ready), Serving: ptr.To(e.serving), Terminating: ptr.To(!e.ready && e.serving)},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(e.ready), Serving: ptr.To(e.serving), Terminating: ptr.To(e.terminating || !e.ready && e.serving)},
 		})
 	}
 	se.Slices = append(se.Slices, s)
@@ -56,20 +57,21 @@ func TestPlan(t *testing.T) {
 		want     string // the target, "" for no rule
 		problems int
 	}{
-		{"a ready endpoint", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.1.5", true, true})}, nil, "100.96.1.5:51820", 0},
-		{"the endpoints' own port number", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 4500, endpoint{"100.96.1.5", true, true})}, nil, "100.96.1.5:4500", 0},
-		{"a port of another name is not the Service port's", []ServiceEndpoints{withSlice(service("gw", wgPort), "other", corev1.ProtocolUDP, 51820, endpoint{"100.96.1.5", true, true})}, nil, "", 0},
-		{"ready before terminating", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.0.4", false, true}, endpoint{"100.96.1.5", true, true})}, prev, "100.96.1.5:51820", 0},
-		{"a terminating one while none is ready", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.0.4", false, true})}, nil, "100.96.0.4:51820", 0},
-		{"the current target kept among ready ones", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.0.2", true, true}, endpoint{"100.96.0.4", true, true})}, prev, "100.96.0.4:51820", 0},
-		{"otherwise the lowest address", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.2.9", true, true}, endpoint{"100.96.0.9", true, true})}, nil, "100.96.0.9:51820", 0},
-		{"no endpoint ready: the last target stays", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.0.4", false, false})}, prev, "100.96.0.4:51820", 0},
+		{"a ready endpoint", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.1.5", true, true, false})}, nil, "100.96.1.5:51820", 0},
+		{"the endpoints' own port number", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 4500, endpoint{"100.96.1.5", true, true, false})}, nil, "100.96.1.5:4500", 0},
+		{"a port of another name is not the Service port's", []ServiceEndpoints{withSlice(service("gw", wgPort), "other", corev1.ProtocolUDP, 51820, endpoint{"100.96.1.5", true, true, false})}, nil, "", 0},
+		{"ready before terminating", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.0.4", false, true, false}, endpoint{"100.96.1.5", true, true, false})}, prev, "100.96.1.5:51820", 0},
+		{"a terminating endpoint the Service still calls ready (publishNotReadyAddresses) gives way", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.0.4", true, true, true}, endpoint{"100.96.1.5", true, true, false})}, prev, "100.96.1.5:51820", 0},
+		{"a terminating one while none is ready", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.0.4", false, true, false})}, nil, "100.96.0.4:51820", 0},
+		{"the current target kept among ready ones", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.0.2", true, true, false}, endpoint{"100.96.0.4", true, true, false})}, prev, "100.96.0.4:51820", 0},
+		{"otherwise the lowest address", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.2.9", true, true, false}, endpoint{"100.96.0.9", true, true, false})}, nil, "100.96.0.9:51820", 0},
+		{"no endpoint ready: the last target stays", []ServiceEndpoints{withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.0.4", false, false, false})}, prev, "100.96.0.4:51820", 0},
 		{"no endpoint and no previous: no rule", []ServiceEndpoints{service("gw", wgPort)}, nil, "", 0},
 		{"the Service gone: its rule goes", nil, prev, "", 0},
 		{"a previous rule of another Service is not kept", []ServiceEndpoints{service("other", wgPort)}, prev, "", 0},
 		{"a frontend claimed twice: the first Service by name keeps it", []ServiceEndpoints{
-			withSlice(service("zz", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.0.7", true, true}),
-			withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.1.5", true, true}),
+			withSlice(service("zz", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.0.7", true, true, false}),
+			withSlice(service("gw", wgPort), "wireguard", corev1.ProtocolUDP, 51820, endpoint{"100.96.1.5", true, true, false}),
 		}, nil, "100.96.1.5:51820", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
