@@ -177,7 +177,9 @@ func Ruleset(address netip.Addr, rules map[Frontend]Rule) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "table ip %s\ndelete table ip %s\ntable ip %s {\n", TableName, TableName, TableName)
 	for _, hook := range []string{"prerouting", "output"} {
-		fmt.Fprintf(&b, "\tchain %s {\n\t\ttype nat hook %s priority dstnat - 10; policy accept;\n%s\t}\n", hook, hook, dnat.String())
+		// -110: before kube-proxy's and anyone's dstnat (-100); numeric, as nft names dstnat
+		// for the prerouting hook only
+		fmt.Fprintf(&b, "\tchain %s {\n\t\ttype nat hook %s priority -110; policy accept;\n%s\t}\n", hook, hook, dnat.String())
 	}
 	b.WriteString("}\n")
 	return b.String()

@@ -1,16 +1,20 @@
 package lablb
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 )
 
 // endpoint is an EndpointSlice endpoint: ready, serving-only (terminating) or neither.
@@ -102,11 +106,53 @@ func TestRulesetAndChanged(t *testing.T) {
 	rs := Ruleset(netip.MustParseAddr("192.0.2.2"), before)
 	for _, want := range []string{
 		"table ip bnerd-lab-lb\ndelete table ip bnerd-lab-lb\n",
-		"chain prerouting {\n\t\ttype nat hook prerouting priority dstnat - 10; policy accept;\n\t\tip daddr 192.0.2.2 tcp dport 443 dnat to 100.96.0.4:8443 comment \"ns/gw\"\n\t\tip daddr 192.0.2.2 udp dport 51820 dnat to 100.96.0.4:51820 comment \"ns/gw\"\n\t}",
-		"chain output {\n\t\ttype nat hook output priority dstnat - 10;",
+		"chain prerouting {\n\t\ttype nat hook prerouting priority -110; policy accept;\n\t\tip daddr 192.0.2.2 tcp dport 443 dnat to 100.96.0.4:8443 comment \"ns/gw\"\n\t\tip daddr 192.0.2.2 udp dport 51820 dnat to 100.96.0.4:51820 comment \"ns/gw\"\n\t}",
+		"chain output {\n\t\ttype nat hook output priority -110;",
 	} {
 		if !strings.Contains(rs, want) {
 			t.Errorf("ruleset lacks %q:\n%s", want, rs)
+		}
+	}
+}
+
+// The ruleset, loaded by the real nft in a network namespace playing the machine, forwards the
+// address's port to the target in another namespace with the client's source address kept, and
+// to the new target once the plan changes.
+func TestRulesetForwards(t *testing.T) {
+	netns.Skip(t, "nft", "socat")
+	run := netns.NewRun(t, "lablb")
+	lb, client, pod1, pod2 := run.NS("lb"), run.NS("cl"), run.NS("p1"), run.NS("p2")
+	netns.VethAddr(client, "eth0", "198.51.100.2/30", lb, "site0", "198.51.100.1/30")
+	client.MustRun("ip", "route", "add", "default", "via", "198.51.100.1")
+	lb.MustRun("ip", "link", "add", "br0", "type", "bridge")
+	lb.MustRun("ip", "addr", "add", "100.96.1.1/24", "dev", "br0")
+	lb.MustRun("ip", "link", "set", "br0", "up")
+	for i, pod := range []*netns.NS{pod1, pod2} {
+		port := fmt.Sprintf("pod%d", i+1)
+		netns.VethAddr(lb, port, "", pod, "eth0", fmt.Sprintf("100.96.1.%d/24", 5+i))
+		lb.MustRun("ip", "link", "set", port, "master", "br0")
+		pod.MustRun("ip", "route", "add", "default", "via", "100.96.1.1")
+		pod.Start("socat", "TCP-LISTEN:8080,reuseaddr,fork", fmt.Sprintf("SYSTEM:echo %s \\$SOCAT_PEERADDR", port))
+	}
+	lb.Sysctl("net.ipv4.ip_forward", "1")
+	lb.AddLoopback("192.0.2.2/32")
+	address := netip.MustParseAddr("192.0.2.2")
+	fe := Frontend{Protocol: corev1.ProtocolTCP, Port: 443}
+	svc := types.NamespacedName{Namespace: "ns", Name: "gw"}
+	for _, want := range []struct{ target, answer string }{{"100.96.1.5:8080", "pod1 198.51.100.2"}, {"100.96.1.6:8080", "pod2 198.51.100.2"}} {
+		rules := map[Frontend]Rule{fe: {fe, svc, target(want.target)}}
+		if out, err := lb.RunInput(Ruleset(address, rules), "nft", "-f", "-"); err != nil {
+			t.Fatalf("nft -f: %v %s", err, out)
+		}
+		err := netns.Eventually(10*time.Second, func() error {
+			out, err := client.Run("socat", "-T", "2", "-", "TCP:192.0.2.2:443,connect-timeout=1")
+			if err != nil || strings.TrimSpace(out) != want.answer {
+				return fmt.Errorf("answer %q (%v), want %q", strings.TrimSpace(out), err, want.answer)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("192.0.2.2:443 -> %s: %v", want.target, err)
 		}
 	}
 }
