@@ -156,8 +156,11 @@ func test2bAcrossNodes(t *testing.T) {
 
 	// the faults of hack/lab/node.sh, each once: a freeze of node 2 under a gateway, the others
 	// on the backend's node, with hq probing the backend through its gateway on node 1
-	t.Run("a gateway's node frozen: NotReady after the grace period, that gateway unreachable until the node is back, the others serve on", func(t *testing.T) {
-		gatewayNodeLost(t, b, edgeGateway(t, b))
+	t.Run("gateways' node frozen: NotReady after the grace period, the pod-network gateway back on another node, the host-network one when the node is back", func(t *testing.T) {
+		url := edgeGateway(t, b)
+		moveGateway(t, wgGW, b)
+		t.Cleanup(func() { moveGateway(t, wgGW, a) })
+		gatewayNodeLost(t, b, url)
 	})
 	t.Run("a node killed and booted again: the backend unreachable, then served again", func(t *testing.T) {
 		sum := withNodeFault(t, backendNode, "kill", "boot", func() { siteCutOff(t, "hq", 1, urlWeb()) })
@@ -189,13 +192,13 @@ func test2bAcrossNodes(t *testing.T) {
 			}
 		})
 		if sum.failed != 0 {
-			t.Errorf("the backend's node was cut from the control plane only, yet %d probes failed", sum.failed)
+			t.Errorf("the backend's node was cut from the control plane only, yet %d probes failed: %s", sum.failed, strings.Join(sum.why, "; "))
 		}
 	})
 	t.Run("a node's kubelet restarted: its pods serve on", func(t *testing.T) {
 		sum := withNodeFault(t, backendNode, "restart-kubelet", "", func() { nodeReady(t, backendNode, 60*time.Second) })
 		if sum.failed != 0 {
-			t.Errorf("%d probes failed while %s's kubelet restarted", sum.failed, backendNode)
+			t.Errorf("%d probes failed while %s's kubelet restarted: %s", sum.failed, backendNode, strings.Join(sum.why, "; "))
 		}
 	})
 	t.Run("a node drained: the backend evicted, back once it is uncordoned", func(t *testing.T) {
@@ -364,15 +367,63 @@ func edgeGateway(t *testing.T, node string) string {
 	return url
 }
 
-// gatewayNodeLost freezes a node running edgeGW (hack/lab/node.sh freeze: its uplink down, its
-// processes stopped) with the gateway's site probing through it and hq probing the backend
-// through its gateway on node 1. It measures how long the API takes to call the node NotReady
-// and how long the gateway is unreachable; until the node is thawed (right after NotReady) the
-// API keeps the gateway's pod bound to it, as Kubernetes does for the pod's not-ready and
-// unreachable tolerations (300 s unless set) — and a host-network gateway is never moved.
+// moveGateway puts a gateway's pod on node: the other nodes are cordoned while its pod is
+// replaced, then uncordoned; it waits until the gateway's site answers again (WireGuard's roam).
+func moveGateway(t *testing.T, gw, node string) {
+	t.Helper()
+	p, err := L.gatewayPod(gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.NodeName == node {
+		return
+	}
+	var others []string
+	for i := 1; i <= labNodeCount(); i++ {
+		if n := labNodeName(i); n != node {
+			others = append(others, n)
+		}
+	}
+	if out, err := L.sh(60*time.Second, "kubectl cordon "+strings.Join(others, " ")); err != nil {
+		t.Fatalf("cordon: %v %s", err, out)
+	}
+	defer func() {
+		if out, err := L.sh(60*time.Second, "kubectl uncordon "+strings.Join(others, " ")); err != nil {
+			t.Errorf("uncordon: %v %s", err, out)
+		}
+	}()
+	t0 := time.Now()
+	deleteGatewayPod(t, gw)
+	err = eventually(90*time.Second, func() error {
+		p, err := L.gatewayPod(gw)
+		if err != nil {
+			return err
+		}
+		if p.Spec.NodeName != node {
+			return fmt.Errorf("%s runs on %s", p.Name, p.Spec.NodeName)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("gateway %s not on %s: %v", gw, node, err)
+	}
+	if err := siteLive("roam", 4, urlWGWeb(), 90*time.Second); err != nil {
+		t.Fatalf("roam through %s on %s: %v", gw, node, err)
+	}
+	t.Logf("gateway %s moved to %s, roam served again after %.1fs", gw, node, time.Since(t0).Seconds())
+}
+
+// gatewayNodeLost freezes a node (hack/lab/node.sh freeze: its uplink down, its processes
+// stopped) that runs two gateways: edgeGW in its host network, with its site edge probing, and
+// the WireGuard gateway in the pod network behind the lab's load balancer, with roam probing;
+// hq probes the backend through its gateway on node 1 meanwhile. It measures how long the API
+// takes to call the node NotReady and how long each gateway is unreachable: the pod-network
+// gateway is evicted after its node-loss toleration and comes back on another node, the load
+// balancer following it, while the node is still frozen; the host-network gateway is pinned and
+// answers again only once the node is thawed (right after that).
 func gatewayNodeLost(t *testing.T, node, url string) {
-	var notReady time.Duration
-	var bound string
+	var notReady, back time.Duration
+	var moved string
 	t0 := time.Now()
 	edge := faultSite{edgeSite, edgeSiteIndex, func() string { return url }, 0}
 	sums := withNodeFaultProbed(t, node, "freeze", "thaw", func() {
@@ -381,6 +432,24 @@ func gatewayNodeLost(t *testing.T, node, url string) {
 		}
 		notReady = time.Since(t0)
 		t.Logf("%s frozen: the API called it NotReady after %.1fs (the node monitor's grace period)", node, notReady.Seconds())
+		err := eventually(3*time.Minute, func() error {
+			p, err := L.gatewayPod(wgGW)
+			if err != nil {
+				return err
+			}
+			if p.Spec.NodeName == node {
+				return fmt.Errorf("%s still on %s", p.Name, node)
+			}
+			if _, err := L.curlFrom("roam", 4, 2, urlWGWeb()); err != nil {
+				return fmt.Errorf("roam through %s on %s: %w", p.Name, p.Spec.NodeName, err)
+			}
+			moved = p.Spec.NodeName
+			return nil
+		})
+		if err != nil {
+			t.Errorf("the pod-network gateway %s did not come back while %s was frozen: %v", wgGW, node, err)
+		}
+		back = time.Since(t0)
 		cx, cancel := ctx(20 * time.Second)
 		defer cancel()
 		var pods corev1.PodList
@@ -388,19 +457,18 @@ func gatewayNodeLost(t *testing.T, node, url string) {
 			t.Fatal(err)
 		}
 		for _, p := range pods.Items {
-			bound += fmt.Sprintf(" %s on %s (%s)", p.Name, p.Spec.NodeName, p.Status.Phase)
 			if p.Spec.NodeName != node {
-				t.Errorf("gateway %s has a pod on %s while %s is NotReady: %s", edgeGW, p.Spec.NodeName, node, p.Name)
+				t.Errorf("host-network gateway %s has a pod on %s while its node %s is frozen: %s", edgeGW, p.Spec.NodeName, node, p.Name)
 			}
 		}
-	}, []faultSite{hqSite(0), edge})
-	hq, lost := sums[0], sums[1]
-	if lost.failed == 0 {
-		t.Errorf("no probe through %s failed while its node %s was frozen", edgeGW, node)
+	}, []faultSite{hqSite(0), edge, roamSite(0)})
+	hq, lost, roam := sums[0], sums[1], sums[2]
+	if lost.failed == 0 || roam.failed == 0 {
+		t.Errorf("probes through the gateways on the frozen %s: %s failed %d, roam failed %d (want both > 0)", node, edgeGW, lost.failed, roam.failed)
 	}
 	if hq.failed != 0 {
 		t.Errorf("hq -> %s on %s -> the backend: %d probes failed while %s was frozen: %s", ipsecGW, labNode, hq.failed, node, strings.Join(hq.why, "; "))
 	}
-	t.Logf("gateway %s on the frozen %s: unreachable for %.1fs (longest outage; the node NotReady after %.1fs, thawed then; the API's pods at NotReady:%s)",
-		edgeGW, node, lost.longestOutage.Seconds(), notReady.Seconds(), bound)
+	t.Logf("node %s frozen: NotReady after %.1fs; pod-network gateway %s unreachable for %.1fs, back on %s at %.1fs (NotReady + its node-loss toleration + a new pod + the client's handshake); host-network gateway %s unreachable for %.1fs (pinned: until the thaw)",
+		node, notReady.Seconds(), wgGW, roam.longestOutage.Seconds(), moved, back.Seconds(), edgeGW, lost.longestOutage.Seconds())
 }
