@@ -36,6 +36,7 @@ node_pids() {
   } | sort -un
 }
 signal_all() { local p; for p in $(node_pids); do kill "-$1" "$p" 2>/dev/null || true; done; }
+describe() { local p; for p in "$@"; do printf '%s(%s) ' "$p" "$(cat "/proc/$p/comm" 2>/dev/null)"; done; }
 FAULT_TABLE=bnerd-lab-fault
 
 case $action in
@@ -54,10 +55,16 @@ case $action in
     ip link set "$(node_link "$i")" down
     n=$(node_pids | wc -l)
     signal_all KILL
+    # done once every process is gone: a killed process takes a moment to exit, and one that
+    # was forking meanwhile may leave a child behind
+    for _ in $(seq 100); do [ -z "$(node_pids)" ] && break; sleep 0.1; signal_all KILL; done
+    left=$(node_pids)
+    [ -z "$left" ] || { log "$name: processes left after SIGKILL: $(describe $left)"; exit 1; }
     log "$name killed ($n processes, uplink down)" ;;
   boot)
     worker
-    [ -z "$(node_pids)" ] || { log "$name is running (node.sh kill $name first)"; exit 1; }
+    left=$(node_pids)
+    [ -z "$left" ] || { log "$name is running (node.sh kill $name first): $(describe $left)"; exit 1; }
     node_start "$i" "$S/images"
     node_kube_router "$i" "$("$root/hack/lab/kube-router.sh")"
     ip link set "$(node_link "$i")" up
