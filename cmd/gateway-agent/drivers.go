@@ -36,6 +36,8 @@ func (o *driverOptions) bindFlags(f *pflag.FlagSet) {
 type lazyDriver struct {
 	opts driverOptions
 	log  logr.Logger
+	// lastSeen reads the peers' last endpoints from their status (nil without a cluster)
+	lastSeen wireguard.LastSeen
 
 	mu       sync.Mutex
 	protocol model.Protocol
@@ -65,7 +67,7 @@ func (l *lazyDriver) get(ctx context.Context, m *model.Gateway) (agent.Driver, e
 		l.d, err = wireguard.New(ctx, wireguard.Options{InterfaceName: nft.WireGuardDevice(m), Owner: m.Namespace + "/" + m.Name,
 			Mode:   wireguard.Mode(l.opts.wireguardMode),
 			Logger: l.log.WithName("wireguard"), DeleteOnClose: m.Endpoint.Kind == model.EndpointHostNetwork,
-			StateFile: l.opts.wireguardState})
+			StateFile: l.opts.wireguardState, LastSeen: l.lastSeen})
 	default:
 		err = fmt.Errorf("unknown protocol %q", p)
 	}

@@ -259,6 +259,7 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	}
 	updates := make(chan agent.Update)
 	var reporter agent.Reporter
+	var lastSeen wireguard.LastSeen
 	var feed func(context.Context) error
 	var rejected atomic.Uint64
 	var events *status.Events
@@ -283,7 +284,8 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 			if err != nil {
 				return err
 			}
-			reporter = &status.Writer{Client: c, Namespace: o.namespace, MinInterval: o.statusInterval}
+			writer := &status.Writer{Client: c, Namespace: o.namespace, MinInterval: o.statusInterval}
+			reporter, lastSeen = writer, writer.LastSeen
 			cs, err := kubernetes.NewForConfig(cfg)
 			if err != nil {
 				return err
@@ -298,7 +300,7 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 		}
 	}
 
-	driver := &lazyDriver{opts: o.drivers, log: log}
+	driver := &lazyDriver{opts: o.drivers, log: log, lastSeen: lastSeen}
 	// The agent and nft share the network namespace: the kernel's nftables generation tells
 	// the ruleset check when there is anything to list.
 	fw := &firewall.Firewall{Generation: firewall.KernelGeneration, Log: log.WithName("firewall")}

@@ -6,6 +6,7 @@ package agent
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
@@ -37,10 +38,13 @@ type PeerState struct {
 	EstablishedAt time.Time
 	// LastHandshake (WireGuard).
 	LastHandshake time.Time
-	BytesIn       uint64
-	BytesOut      uint64
-	PacketsIn     uint64
-	PacketsOut    uint64
+	// Endpoint is where the peer's tunnel last came from (WireGuard: the device's endpoint of
+	// the peer; zero when unknown).
+	Endpoint   netip.AddrPort
+	BytesIn    uint64
+	BytesOut   uint64
+	PacketsIn  uint64
+	PacketsOut uint64
 	// Rekeys counted since the agent started (IPsec).
 	Rekeys uint64
 	// ChildSAsRefused: CHILD_SAs the peer negotiated beyond its limit, terminated, since the

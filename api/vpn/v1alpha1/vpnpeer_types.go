@@ -159,6 +159,13 @@ type TunnelStatus struct {
 	// LastHandshake (WireGuard).
 	// +optional
 	LastHandshake *metav1.Time `json:"lastHandshake,omitempty"`
+	// Endpoint is the address and port the peer's tunnel last came from, as the gateway saw it
+	// (WireGuard: the source of its last authenticated packet). A gateway pod that starts
+	// afresh sends the peer a handshake there at once instead of waiting for the peer to
+	// retry. Public information, written by the gateway agent only.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
 	// +optional
 	BytesIn int64 `json:"bytesIn,omitempty"`
 	// +optional

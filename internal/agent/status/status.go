@@ -8,6 +8,7 @@ package status
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -41,6 +42,7 @@ type written struct {
 	state, message string
 	gen            int64
 	counters       [4]uint64
+	endpoint       netip.AddrPort
 	at             time.Time
 	since          metav1.Time
 }
@@ -68,7 +70,7 @@ func (w *Writer) Report(ctx context.Context, b *render.Bundle, snap agent.Snapsh
 		}
 		last, seen := w.written[p.Name]
 		counters := [4]uint64{s.BytesIn, s.BytesOut, s.PacketsIn, s.PacketsOut}
-		changed := !seen || last.state != s.State || last.message != s.Message || last.gen != p.Generation
+		changed := !seen || last.state != s.State || last.message != s.Message || last.gen != p.Generation || last.endpoint != s.Endpoint
 		if !changed && (counters == last.counters || snap.Taken.Sub(last.at) < minInterval) {
 			continue
 		}
@@ -80,7 +82,7 @@ func (w *Writer) Report(ctx context.Context, b *render.Bundle, snap agent.Snapsh
 			errs = append(errs, err)
 			continue
 		}
-		w.written[p.Name] = written{state: s.State, message: s.Message, gen: p.Generation, counters: counters, at: snap.Taken, since: since}
+		w.written[p.Name] = written{state: s.State, message: s.Message, gen: p.Generation, counters: counters, endpoint: s.Endpoint, at: snap.Taken, since: since}
 	}
 	return errors.Join(errs...)
 }
@@ -108,9 +110,34 @@ func (w *Writer) write(ctx context.Context, peer string, gen int64, s agent.Peer
 		t := metav1.NewTime(s.LastHandshake.Truncate(time.Second))
 		tunnel.LastHandshake = &t
 	}
+	if s.Endpoint.IsValid() {
+		tunnel.Endpoint = s.Endpoint.String()
+	}
 	st := &vpnv1.VPNPeerStatus{Conditions: []metav1.Condition{cond}}
 	if *tunnel != (vpnv1.TunnelStatus{}) {
 		st.Tunnel = tunnel // no tunnel, no tunnel status (an empty object would be sent as null)
 	}
 	return kube.ApplyStatus(ctx, w.Client, vpnv1.GroupVersion.WithKind("VPNPeer"), w.Namespace, peer, FieldOwner, st)
+}
+
+// LastSeen reads where a peer's tunnel last came from, and its last handshake, from the
+// VPNPeer's status (what this agent or its predecessor wrote there): how a gateway pod that
+// starts afresh reaches its roaming peers at once. Unknown (ok false) when the API server does
+// not answer within a few seconds or the status holds no valid endpoint.
+func (w *Writer) LastSeen(ctx context.Context, peer string) (netip.AddrPort, time.Time, bool) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var p vpnv1.VPNPeer
+	if err := w.Client.Get(ctx, client.ObjectKey{Namespace: w.Namespace, Name: peer}, &p); err != nil || p.Status.Tunnel == nil {
+		return netip.AddrPort{}, time.Time{}, false
+	}
+	ep, err := netip.ParseAddrPort(p.Status.Tunnel.Endpoint)
+	if err != nil {
+		return netip.AddrPort{}, time.Time{}, false
+	}
+	var hs time.Time
+	if p.Status.Tunnel.LastHandshake != nil {
+		hs = p.Status.Tunnel.LastHandshake.Time
+	}
+	return ep, hs, true
 }

@@ -112,6 +112,9 @@ type Options struct {
 	// roaming peers at once (see endpoints.go). Its directory must exist and outlive the
 	// process (the gateway pod's emptyDir).
 	StateFile string
+	// LastSeen, when set with StateFile, tells a device the driver creates (or finds fresh)
+	// where the peers the state file does not know were last seen (see endpoints.go).
+	LastSeen LastSeen
 	// ExternalWait (ModeExternal) is how long New waits for the device; DefaultExternalWait
 	// when zero.
 	ExternalWait time.Duration
@@ -342,6 +345,11 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 	}
 	defer wipeDevice(dev)
 	pub, now := priv.PublicKey(), time.Now()
+	if (d.created || d.fresh) && !d.configured {
+		if n := d.mem.seed(ctx, pub, peerNames(cfg.Peers), d.opts.LastSeen); n > 0 {
+			d.log.Info("peers' last endpoints taken from their status (no state file of this device)", "peers", n)
+		}
+	}
 	plan := planDevice(want, dev, d.applied, func(peer wgtypes.Key) (*net.UDPAddr, bool) {
 		return d.restoreFor(pub, peer, now)
 	})
@@ -601,4 +609,16 @@ func prefixOf(n net.IPNet) (netip.Prefix, bool) {
 	}
 	ones, _ := n.Mask.Size()
 	return netip.PrefixFrom(a.Unmap(), ones).Masked(), true
+}
+
+// peerNames maps the bundle's peers' public keys to their names (a key that does not parse is
+// left out: desiredPeers reports it).
+func peerNames(peers []rwg.Peer) map[wgtypes.Key]string {
+	out := map[wgtypes.Key]string{}
+	for _, p := range peers {
+		if pub, err := p.PublicKeyBytes(); err == nil {
+			out[wgtypes.Key(pub)] = p.Name
+		}
+	}
+	return out
 }

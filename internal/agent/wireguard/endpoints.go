@@ -299,3 +299,34 @@ func (d *Driver) initiate(peers []wgtypes.Key) {
 		}
 	}
 }
+
+// LastSeen reports where a peer's tunnel last came from and its last handshake, as recorded
+// outside the pod (the gateway agent writes both into the VPNPeer's status); ok is false when
+// nothing is known. It lets a pod that starts afresh, whose emptyDir holds no state file,
+// reach its roaming peers at once as well.
+type LastSeen func(ctx context.Context, peer string) (endpoint netip.AddrPort, lastHandshake time.Time, ok bool)
+
+// seed adds what lastSeen knows of the named peers the memory holds nothing of, for the device
+// dev: a memory without a file (or with this device's file) takes them; one of another device
+// is left alone. It returns how many peers were seeded.
+func (m *endpointMemory) seed(ctx context.Context, dev wgtypes.Key, peers map[wgtypes.Key]string, lastSeen LastSeen) int {
+	if m == nil || lastSeen == nil || (m.device != (wgtypes.Key{}) && m.device != dev) {
+		return 0
+	}
+	n := 0
+	for key, name := range peers {
+		if _, known := m.restore[key]; known {
+			continue
+		}
+		ep, hs, ok := lastSeen(ctx, name)
+		if !ok || !ep.IsValid() || ep.Port() == 0 || !ep.Addr().Is4() && !ep.Addr().Is6() {
+			continue
+		}
+		m.restore[key] = peerRecord{Endpoint: ep.String(), LastHandshake: hs}
+		n++
+	}
+	if n > 0 {
+		m.device = dev
+	}
+	return n
+}

@@ -26,13 +26,24 @@ import (
 // session for 15 s (KEEPALIVE_TIMEOUT + REKEY_TIMEOUT) before it handshakes anew. The control:
 // with the state file gone, the new device has no endpoint and the site's own retry brings the
 // tunnel back (its time is logged). The state file holds public keys and addresses only.
+// A new pod has no state file (its emptyDir is new): the endpoint the VPNPeer's status recorded
+// (Options.LastSeen) serves as well.
 func TestRestartReachesRoamingPeerAtOnce(t *testing.T) {
 	netns.Skip(t, "ping")
-	t.Run("remembered", func(t *testing.T) { testRestart(t, true) })
-	t.Run("forgotten", func(t *testing.T) { testRestart(t, false) })
+	t.Run("remembered", func(t *testing.T) { testRestart(t, restartRemembered) })
+	t.Run("forgotten", func(t *testing.T) { testRestart(t, restartForgotten) })
+	t.Run("from the peer's status", func(t *testing.T) { testRestart(t, restartFromStatus) })
 }
 
-func testRestart(t *testing.T, remember bool) {
+// What the restarted driver knows of the site's endpoint.
+const (
+	restartRemembered = iota // the state file
+	restartForgotten         // nothing
+	restartFromStatus        // no state file; the VPNPeer's status (Options.LastSeen)
+)
+
+func testRestart(t *testing.T, knows int) {
+	remember := knows != restartForgotten
 	run := netns.NewRun(t, nsPrefix)
 	gw, site := run.NS("gw"), run.NS("site")
 	netns.Veth(site, "vsite", gw, "vgw")
@@ -90,10 +101,13 @@ func testRestart(t *testing.T, remember bool) {
 	}
 	gwNode.Kill()
 	killed := time.Now()
-	if !remember {
+	if knows != restartRemembered {
 		if err := os.Remove(state); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if knows == restartFromStatus {
+		gwOpts.LastSeen = map[string]string{roaming.Name: "198.51.100.1:51820"}
 	}
 	gwNode2 = wgtest.Start(t, gw, gwOpts)
 	if err := gwNode2.Apply(gatewayConfig(roaming), secrets); err != nil {

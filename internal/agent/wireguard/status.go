@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 	"time"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -90,6 +91,11 @@ func peerState(p wgtypes.Peer, initiates bool, now time.Time) agent.PeerState {
 		LastHandshake: p.LastHandshakeTime,
 		BytesIn:       counter(p.ReceiveBytes),
 		BytesOut:      counter(p.TransmitBytes),
+	}
+	if p.Endpoint != nil {
+		if ap, ok := netip.AddrFromSlice(p.Endpoint.IP); ok && p.Endpoint.Port > 0 {
+			s.Endpoint = netip.AddrPortFrom(ap.Unmap(), uint16(p.Endpoint.Port))
+		}
 	}
 	hs := p.LastHandshakeTime
 	switch {

@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
@@ -95,6 +96,9 @@ type Options struct {
 	KeepDevice bool `json:"keepDevice"`
 	// StateFile is the driver's endpoint memory (Options.StateFile); none when empty.
 	StateFile string `json:"stateFile"`
+	// LastSeen is what the driver's Options.LastSeen reports, by peer name: the endpoint a
+	// VPNPeer's status would hold (its last handshake taken as now).
+	LastSeen map[string]string `json:"lastSeen"`
 	// DeviceOnly runs no driver: the helper is the gateway pod's wireguard container
 	// (wireguard.RunDevice), a bare userspace device that a driver in ModeExternal configures.
 	// Such a node answers no requests; Stop or Kill end it.
@@ -441,6 +445,7 @@ func helperMain(spec string, in io.Reader, out, logOut io.Writer) int {
 		PollInterval:  opts.PollInterval,
 		DeleteOnClose: !opts.KeepDevice,
 		StateFile:     opts.StateFile,
+		LastSeen:      lastSeenOf(opts.LastSeen),
 	})
 	if err != nil {
 		_ = enc.Encode(response{Error: err.Error()})
@@ -532,4 +537,16 @@ func deviceMain(ctx context.Context, name string, in io.Reader, enc *json.Encode
 		return 1
 	}
 	return 0
+}
+
+// lastSeenOf serves Options.LastSeen from a map of peer names to endpoints (nil for none).
+func lastSeenOf(m map[string]string) wireguard.LastSeen {
+	if m == nil {
+		return nil
+	}
+	seen := time.Now()
+	return func(_ context.Context, peer string) (netip.AddrPort, time.Time, bool) {
+		ep, err := netip.ParseAddrPort(m[peer])
+		return ep, seen, err == nil
+	}
 }
