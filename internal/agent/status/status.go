@@ -123,10 +123,8 @@ func (w *Writer) write(ctx context.Context, peer string, gen int64, s agent.Peer
 // LastSeen reads where a peer's tunnel last came from, and its last handshake, from the
 // VPNPeer's status (what this agent or its predecessor wrote there): how a gateway pod that
 // starts afresh reaches its roaming peers at once. Unknown (ok false) when the API server does
-// not answer within a few seconds or the status holds no valid endpoint.
+// not answer before ctx ends or the status holds no valid endpoint.
 func (w *Writer) LastSeen(ctx context.Context, peer string) (netip.AddrPort, time.Time, bool) {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
 	var p vpnv1.VPNPeer
 	if err := w.Client.Get(ctx, client.ObjectKey{Namespace: w.Namespace, Name: peer}, &p); err != nil || p.Status.Tunnel == nil {
 		return netip.AddrPort{}, time.Time{}, false

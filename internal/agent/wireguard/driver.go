@@ -346,7 +346,12 @@ func (d *Driver) Apply(ctx context.Context, b *render.Bundle, secrets agent.Secr
 	defer wipeDevice(dev)
 	pub, now := priv.PublicKey(), time.Now()
 	if (d.created || d.fresh) && !d.configured {
-		if n := d.mem.seed(ctx, pub, peerNames(cfg.Peers), d.opts.LastSeen); n > 0 {
+		// bounded as a whole: an API server that does not answer delays the first
+		// configuration by this much at most, whatever the number of peers
+		sctx, cancel := context.WithTimeout(ctx, lastSeenBudget)
+		n := d.mem.seed(sctx, pub, peerNames(cfg.Peers), d.opts.LastSeen)
+		cancel()
+		if n > 0 {
 			d.log.Info("peers' last endpoints taken from their status (no state file of this device)", "peers", n)
 		}
 	}

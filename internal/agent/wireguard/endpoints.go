@@ -306,6 +306,10 @@ func (d *Driver) initiate(peers []wgtypes.Key) {
 // reach its roaming peers at once as well.
 type LastSeen func(ctx context.Context, peer string) (endpoint netip.AddrPort, lastHandshake time.Time, ok bool)
 
+// lastSeenBudget bounds the reading of every peer's last endpoint before a fresh device's first
+// configuration.
+const lastSeenBudget = 3 * time.Second
+
 // seed adds what lastSeen knows of the named peers the memory holds nothing of, for the device
 // dev: a memory without a file (or with this device's file) takes them; one of another device
 // is left alone. It returns how many peers were seeded.
@@ -317,6 +321,9 @@ func (m *endpointMemory) seed(ctx context.Context, dev wgtypes.Key, peers map[wg
 	for key, name := range peers {
 		if _, known := m.restore[key]; known {
 			continue
+		}
+		if ctx.Err() != nil {
+			break
 		}
 		ep, hs, ok := lastSeen(ctx, name)
 		if !ok || !ep.IsValid() || ep.Port() == 0 || !ep.Addr().Is4() && !ep.Addr().Is6() {

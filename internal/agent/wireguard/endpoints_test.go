@@ -1,6 +1,7 @@
 package wireguard
 
 import (
+	"context"
 	"net"
 	"net/netip"
 	"os"
@@ -128,5 +129,51 @@ func TestEndpointMemory(t *testing.T) {
 	}
 	if ep, _ := none.restoreFor(dev, a, now); ep != nil {
 		t.Error(ep)
+	}
+}
+
+// Seeding from the peers' status: only peers the memory does not know, only into a memory
+// without a file or with this device's, nothing once the budget is spent, and a status entry
+// that is no endpoint is ignored.
+func TestEndpointMemorySeed(t *testing.T) {
+	dev, other := mustKey(t), mustKey(t)
+	known, roaming, broken := mustKey(t), mustKey(t), mustKey(t)
+	now := time.Now()
+	status := map[string]string{"known": "198.51.100.1:1", "roaming": "198.51.100.2:41641", "broken": "198.51.100.3:0"}
+	lastSeen := func(_ context.Context, peer string) (netip.AddrPort, time.Time, bool) {
+		ep, err := netip.ParseAddrPort(status[peer])
+		return ep, now, err == nil
+	}
+	peers := map[wgtypes.Key]string{known: "known", roaming: "roaming", broken: "broken"}
+	fresh := func(device wgtypes.Key) *endpointMemory {
+		return &endpointMemory{device: device, saved: map[wgtypes.Key]peerRecord{},
+			restore: map[wgtypes.Key]peerRecord{known: {Endpoint: "198.51.100.9:51820"}}}
+	}
+
+	m := fresh(wgtypes.Key{})
+	if n := m.seed(context.Background(), dev, peers, lastSeen); n != 1 {
+		t.Fatalf("seeded %d peers, want 1 (roaming)", n)
+	}
+	if ep, _ := m.restoreFor(dev, roaming, now); ep == nil || ep.String() != "198.51.100.2:41641" {
+		t.Errorf("roaming restored at %v", ep)
+	}
+	if ep, _ := m.restoreFor(dev, known, now); ep == nil || ep.String() != "198.51.100.9:51820" {
+		t.Errorf("the state file's endpoint of known was replaced: %v", ep)
+	}
+	if ep, _ := m.restoreFor(dev, broken, now); ep != nil {
+		t.Errorf("a status endpoint without a port was restored: %v", ep)
+	}
+
+	if n := fresh(other).seed(context.Background(), dev, peers, lastSeen); n != 0 {
+		t.Errorf("seeded %d peers into another device's memory", n)
+	}
+	spent, cancel := context.WithCancel(context.Background())
+	cancel()
+	if n := fresh(wgtypes.Key{}).seed(spent, dev, peers, lastSeen); n != 0 {
+		t.Errorf("seeded %d peers with the budget spent", n)
+	}
+	var none *endpointMemory
+	if n := none.seed(context.Background(), dev, peers, lastSeen); n != 0 {
+		t.Errorf("a driver without a state file seeded %d peers", n)
 	}
 }
