@@ -847,8 +847,8 @@ func test5GatewayPodDeleted(t *testing.T) {
 	if err != nil {
 		t.Errorf("WireGuard tunnel not back after deleting the gateway pod: %v", err)
 	} else {
-		// the client sends on its old session until 15 s pass without an answer (WireGuard's
-		// keepalive and rekey timeouts), then handshakes with the new pod
+		// the new pod handshakes with roam at the endpoint roam's VPNPeer status recorded; without
+		// it roam would send on its old session until 15 s pass without an answer
 		t.Logf("WireGuard tunnel back %.0fs after deleting the gateway pod (new pod %s)", time.Since(t0).Seconds(), L.gatewayPodName(wgGW))
 	}
 	c, cancel := ctx(20 * time.Second)
