@@ -227,7 +227,7 @@ func createLab(t *testing.T, ns string) {
 			vpnv1.VPNPeerStatus{ObservedGeneration: 1, Conditions: []metav1.Condition{
 				ok("Authorized", "DefaultAllow", "single-peer gateway: reaches every exposure and reverse exposure"),
 				ok("CredentialsReady", "SecretsPresent", "referenced Secrets exist"), ok("Connected", "Established", "tunnel Established")},
-				Tunnel: &vpnv1.TunnelStatus{EstablishedAt: at(40 * time.Minute), LastHandshake: at(35 * time.Second), BytesIn: 512, BytesOut: 100}}},
+				Tunnel: &vpnv1.TunnelStatus{EstablishedAt: at(40 * time.Minute), LastHandshake: at(35 * time.Second), Endpoint: "198.51.100.18:41641", BytesIn: 512, BytesOut: 100}}},
 	}
 	for _, p := range peers {
 		must(c.Create(ctx, p.p))

@@ -105,6 +105,9 @@ type PeerReport struct {
 	PacketsOut            int64        `json:"packetsOut"`
 	// LastHandshake is WireGuard's; null for IPsec and before the first.
 	LastHandshake *metav1.Time `json:"lastHandshake"`
+	// Endpoint is where the peer's tunnel last came from (address:port, as the gateway saw it);
+	// "" when the agent has not recorded one.
+	Endpoint string `json:"endpoint"`
 	// AuthorizationDrops from the agent's metrics; null when they could not be read.
 	AuthorizationDrops *DropsReport `json:"authorizationDrops"`
 	// Exposures and ReverseExposures the peer may reach (names).
@@ -251,7 +254,7 @@ func GatewayReportOf(d *gateways.Gateway, now time.Time) GatewayReport {
 		}
 		if t := p.Status.Tunnel; t != nil {
 			pr.BytesIn, pr.BytesOut, pr.PacketsIn, pr.PacketsOut = t.BytesIn, t.BytesOut, t.PacketsIn, t.PacketsOut
-			pr.LastHandshake = t.LastHandshake
+			pr.LastHandshake, pr.Endpoint = t.LastHandshake, t.Endpoint
 			if t.EstablishedAt != nil && pr.Connected.Status == string(metav1.ConditionTrue) {
 				pr.EstablishedAt = t.EstablishedAt
 				s := int64(now.Sub(t.EstablishedAt.Time) / time.Second)
