@@ -162,6 +162,36 @@ func test2bAcrossNodes(t *testing.T) {
 		t.Cleanup(func() { moveGateway(t, wgGW, a) })
 		gatewayNodeLost(t, b, url)
 	})
+	t.Run("the WireGuard gateway's node drained: its pod started on another node, roam's outage measured", func(t *testing.T) {
+		moveGateway(t, wgGW, b)
+		t.Cleanup(func() { moveGateway(t, wgGW, a) })
+		var moved string
+		sums := withNodeFaultProbed(t, b, "drain", "uncordon", func() {
+			err := eventually(2*time.Minute, func() error {
+				p, err := L.gatewayPod(wgGW)
+				if err != nil {
+					return err
+				}
+				if p.Spec.NodeName == b {
+					return fmt.Errorf("%s still on %s", p.Name, b)
+				}
+				if _, err := L.curlFrom("roam", 4, 2, urlWGWeb()); err != nil {
+					return fmt.Errorf("roam through %s on %s: %w", p.Name, p.Spec.NodeName, err)
+				}
+				moved = p.Spec.NodeName
+				return nil
+			})
+			if err != nil {
+				t.Errorf("the WireGuard gateway after draining %s: %v", b, err)
+			}
+		}, []faultSite{roamSite(0), hqSite(0)})
+		roam, hq := sums[0], sums[1]
+		if hq.failed != 0 {
+			t.Errorf("hq -> %s on %s -> the backend: %d probes failed while %s was drained: %s", ipsecGW, a, hq.failed, b, strings.Join(hq.why, "; "))
+		}
+		t.Logf("node %s drained: WireGuard gateway %s evicted and started on %s, roam unreachable for %.1fs (a single-pod gateway: the old pod stops before the new one starts)",
+			b, wgGW, moved, roam.longestOutage.Seconds())
+	})
 	t.Run("a node killed and booted again: the backend unreachable, then served again", func(t *testing.T) {
 		sum := withNodeFault(t, backendNode, "kill", "boot", func() { siteCutOff(t, "hq", 1, urlWeb()) })
 		if sum.failed == 0 {
