@@ -167,21 +167,8 @@ func test2bAcrossNodes(t *testing.T) {
 		t.Cleanup(func() { moveGateway(t, wgGW, a) })
 		var moved string
 		sums := withNodeFaultProbed(t, b, "drain", "uncordon", func() {
-			err := eventually(2*time.Minute, func() error {
-				p, err := L.gatewayPod(wgGW)
-				if err != nil {
-					return err
-				}
-				if p.Spec.NodeName == b {
-					return fmt.Errorf("%s still on %s", p.Name, b)
-				}
-				if _, err := L.curlFrom("roam", 4, 2, urlWGWeb()); err != nil {
-					return fmt.Errorf("roam through %s on %s: %w", p.Name, p.Spec.NodeName, err)
-				}
-				moved = p.Spec.NodeName
-				return nil
-			})
-			if err != nil {
+			var err error
+			if moved, err = wgGatewayServedOffNode(b, 2*time.Minute); err != nil {
 				t.Errorf("the WireGuard gateway after draining %s: %v", b, err)
 			}
 		}, []faultSite{roamSite(0), hqSite(0)})
@@ -443,6 +430,27 @@ func moveGateway(t *testing.T, gw, node string) {
 	t.Logf("gateway %s moved to %s, roam served again after %.1fs", gw, node, time.Since(t0).Seconds())
 }
 
+// wgGatewayServedOffNode waits until the WireGuard gateway runs on another node than node and
+// roam is served through it again; it returns that node.
+func wgGatewayServedOffNode(node string, timeout time.Duration) (string, error) {
+	var on string
+	err := eventually(timeout, func() error {
+		p, err := L.gatewayPod(wgGW)
+		if err != nil {
+			return err
+		}
+		if p.Spec.NodeName == node {
+			return fmt.Errorf("%s still on %s", p.Name, node)
+		}
+		if _, err := L.curlFrom("roam", 4, 2, urlWGWeb()); err != nil {
+			return fmt.Errorf("roam through %s on %s: %w", p.Name, p.Spec.NodeName, err)
+		}
+		on = p.Spec.NodeName
+		return nil
+	})
+	return on, err
+}
+
 // gatewayNodeLost freezes a node (hack/lab/node.sh freeze: its uplink down, its processes
 // stopped) that runs two gateways: edgeGW in its host network, with its site edge probing, and
 // the WireGuard gateway in the pod network behind the lab's load balancer, with roam probing;
@@ -462,21 +470,8 @@ func gatewayNodeLost(t *testing.T, node, url string) {
 		}
 		notReady = time.Since(t0)
 		t.Logf("%s frozen: the API called it NotReady after %.1fs (the node monitor's grace period)", node, notReady.Seconds())
-		err := eventually(3*time.Minute, func() error {
-			p, err := L.gatewayPod(wgGW)
-			if err != nil {
-				return err
-			}
-			if p.Spec.NodeName == node {
-				return fmt.Errorf("%s still on %s", p.Name, node)
-			}
-			if _, err := L.curlFrom("roam", 4, 2, urlWGWeb()); err != nil {
-				return fmt.Errorf("roam through %s on %s: %w", p.Name, p.Spec.NodeName, err)
-			}
-			moved = p.Spec.NodeName
-			return nil
-		})
-		if err != nil {
+		var err error
+		if moved, err = wgGatewayServedOffNode(node, 3*time.Minute); err != nil {
 			t.Errorf("the pod-network gateway %s did not come back while %s was frozen: %v", wgGW, node, err)
 		}
 		back = time.Since(t0)
