@@ -355,3 +355,19 @@ func (n notConfigured) Ensure(_ context.Context, req Request) (Result, error) {
 }
 
 func (notConfigured) Delete(context.Context, Request) error { return nil }
+
+// Node is the node a gateway pod was scheduled to, as an uplink binding needs it.
+type Node struct {
+	Name string
+	// ProviderID is the node's spec.providerID ("openstack:///<server ID>" on OpenStack).
+	ProviderID string
+}
+
+// UplinkBinder is implemented by a provider whose NetworkAttachment carries traffic only once
+// the cloud delivers the port's frames to the node the pod runs on (OpenStack: the port a
+// subport of that node's trunk). BindUplink moves the gateway's port to node, wherever it was
+// bound before, and is idempotent; changed reports whether it moved anything, message says
+// where the port is bound now. A failure is an *Error like Ensure's.
+type UplinkBinder interface {
+	BindUplink(ctx context.Context, req Request, node Node) (changed bool, message string, err error)
+}

@@ -115,6 +115,10 @@ func (o *op) ensure(ctx context.Context) (cloud.Result, error) {
 	if err != nil {
 		return cloud.Result{}, err
 	}
+	vlan, err := o.ensureVLAN(ctx, port)
+	if err != nil {
+		return cloud.Result{}, err
+	}
 	fip, err := o.ensureFIP(ctx, extNet, pinned, port)
 	if err != nil {
 		return cloud.Result{}, err
@@ -122,7 +126,7 @@ func (o *op) ensure(ctx context.Context) (cloud.Result, error) {
 	// Duplicates left by lost create responses go once the keepers are in place.
 	for _, extra := range portList {
 		if extra.ID != port.ID {
-			if err := o.deletePort(ctx, extra.ID); err != nil {
+			if err := o.deletePort(ctx, extra); err != nil {
 				return cloud.Result{}, err
 			}
 		}
@@ -134,7 +138,7 @@ func (o *op) ensure(ctx context.Context) (cloud.Result, error) {
 			}
 		}
 	}
-	att, err := o.attachment(ctx, port)
+	att, err := o.attachment(ctx, port, vlan)
 	if err != nil {
 		return cloud.Result{}, err
 	}
@@ -664,7 +668,7 @@ func (o *op) releaseOrUnpin(ctx context.Context, f floatingips.FloatingIP, ourPo
 
 // --- network attachment ---
 
-func (o *op) attachment(ctx context.Context, port *ports.Port) (*cloud.NetworkAttachment, error) {
+func (o *op) attachment(ctx context.Context, port *ports.Port, vlan int) (*cloud.NetworkAttachment, error) {
 	ip := port.FixedIPs[0]
 	if o.p.cfg.SubnetID != "" {
 		for _, x := range port.FixedIPs {
@@ -683,7 +687,7 @@ func (o *op) attachment(ctx context.Context, port *ports.Port) (*cloud.NetworkAt
 	if err != nil {
 		return nil, o.fail(err, "reading subnet %s of port %s", ip.SubnetID, port.ID)
 	}
-	return o.p.renderAttachment(o.req, port.ID, port.MACAddress, ip.IPAddress, sub)
+	return o.p.renderAttachment(o.req, port.ID, port.MACAddress, ip.IPAddress, vlan, sub)
 }
 
 // --- Delete ---
@@ -722,8 +726,8 @@ func (o *op) delete(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, id := range portIDs {
-		if err := o.deletePort(ctx, id); err != nil {
+	for _, p := range portList {
+		if err := o.deletePort(ctx, p); err != nil {
 			return err
 		}
 	}
@@ -735,7 +739,13 @@ func (o *op) delete(ctx context.Context) error {
 	return nil
 }
 
-func (o *op) deletePort(ctx context.Context, id string) error {
+// deletePort deletes a port of the gateway, taking it off its trunk first (Neutron refuses
+// to delete a subport).
+func (o *op) deletePort(ctx context.Context, port ports.Port) error {
+	if err := o.unbind(ctx, port); err != nil {
+		return err
+	}
+	id := port.ID
 	err := o.call(ctx, func(ctx context.Context) error { return ports.Delete(ctx, o.sc, id).ExtractErr() })
 	if err != nil && !isStatus(err, 404) {
 		return o.fail(err, "deleting port %s", id)

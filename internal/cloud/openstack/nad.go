@@ -27,11 +27,34 @@ func NADNameFor(kind, gateway string) string {
 	return NADName(gateway)
 }
 
-// DefaultNADConfigTemplate attaches the gateway pod to the node's Master interface with
-// macvlan, using the Neutron port's MAC and fixed IP (static IPAM), so traffic for the
-// floating IP reaches the pod as that port. Replace it (Config.NADConfigTemplate) for other
-// plumbing, e.g. host-device when the port is attached to the node as its own NIC.
-const DefaultNADConfigTemplate = `{
+// TrunkNADConfigTemplate is the attachment of a port bound as a subport of the node's trunk
+// (Config.PortBinding "trunk", the default): a VLAN interface on the node's Master interface
+// (the trunk's parent NIC) with the subport's segmentation ID, given the port's MAC (tuning)
+// and fixed IP (static IPAM). The cloud's port security then sees the pod's frames as the
+// port's own, on the port's own VLAN, filtered by the port's own security group.
+const TrunkNADConfigTemplate = `{
+  "cniVersion": "0.4.0",
+  "name": {{json .Name}},
+  "plugins": [
+    {
+      "type": "vlan",
+      "master": {{json .Master}},
+      "vlanId": {{.VLAN}},
+      "ipam": {
+        "type": "static",
+        "addresses": [{"address": {{json .Address}}{{if .GatewayIP}}, "gateway": {{json .GatewayIP}}{{end}}}]
+      }
+    },
+    {"type": "tuning", "mac": {{json .MAC}}}
+  ]
+}`
+
+// MacvlanNADConfigTemplate attaches the gateway pod to the node's Master interface with
+// macvlan, using the Neutron port's MAC and fixed IP (static IPAM), the default with
+// Config.PortBinding "none". Its frames leave through the node's own port with another
+// port's MAC and address, which only a network without port security on the node's port
+// delivers.
+const MacvlanNADConfigTemplate = `{
   "cniVersion": "0.4.0",
   "name": {{json .Name}},
   "type": "macvlan",
@@ -73,12 +96,14 @@ type NADTemplateData struct {
 	// CIDR and GatewayIP of the port's subnet; NetworkID and SubnetID.
 	CIDR, GatewayIP     string
 	NetworkID, SubnetID string
+	// VLAN is the port's segmentation ID as a trunk subport (0 with PortBinding "none").
+	VLAN int
 }
 
-func (p *Provider) renderAttachment(req cloud.Request, portID, mac, ip string, sub *subnets.Subnet) (*cloud.NetworkAttachment, error) {
+func (p *Provider) renderAttachment(req cloud.Request, portID, mac, ip string, vlan int, sub *subnets.Subnet) (*cloud.NetworkAttachment, error) {
 	d := NADTemplateData{
 		Name: NADNameFor(req.Kind, req.Name), Namespace: req.Namespace, Gateway: req.Name, UID: string(req.UID),
-		Master: p.cfg.NADMaster, PortID: portID, MAC: mac, IP: ip,
+		Master: p.cfg.NADMaster, PortID: portID, MAC: mac, IP: ip, VLAN: vlan,
 		CIDR: sub.CIDR, GatewayIP: sub.GatewayIP, NetworkID: sub.NetworkID, SubnetID: sub.ID,
 	}
 	if pfx, err := netip.ParsePrefix(sub.CIDR); err == nil {

@@ -71,9 +71,14 @@ type Config struct {
 	// SubnetID, when set, is the subnet of that network the port's address comes from.
 	SubnetID string
 
+	// PortBinding is how the cloud delivers the gateway port's frames to the node its pod runs
+	// on: BindingTrunk (the default: the port a subport of the node's trunk, moved when the
+	// pod moves) or BindingNone (nothing is bound: only for networks without port security on
+	// the nodes' ports).
+	PortBinding string
 	// NADConfigTemplate is a text/template producing the Multus NetworkAttachmentDefinition's
-	// CNI config (JSON) for a gateway's port; DefaultNADConfigTemplate (macvlan with the
-	// port's MAC and a static address) when empty. Its data is NADTemplateData; the function
+	// CNI config (JSON) for a gateway's port; when empty, TrunkNADConfigTemplate (BindingTrunk)
+	// or MacvlanNADConfigTemplate (BindingNone). Its data is NADTemplateData; the function
 	// json quotes a value as a JSON string.
 	NADConfigTemplate string
 	// NADMaster is the node interface the default template attaches to (.Master); "eth1"
@@ -126,6 +131,9 @@ type Provider struct {
 
 	cacheMu sync.Mutex
 	cache   map[types.UID]cacheEntry
+
+	// vlanMu serializes choosing a new port's VLAN (read the VLANs in use, tag the port).
+	vlanMu sync.Mutex
 }
 
 type cacheEntry struct {
@@ -162,12 +170,23 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.NADMaster == "" {
 		cfg.NADMaster = DefaultNADMaster
 	}
+	switch cfg.PortBinding {
+	case "":
+		cfg.PortBinding = BindingTrunk
+	case BindingTrunk, BindingNone:
+	default:
+		return nil, fmt.Errorf("openstack: port binding %q: must be %q or %q", cfg.PortBinding, BindingTrunk, BindingNone)
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	src := cfg.NADConfigTemplate
-	if src == "" {
-		src = DefaultNADConfigTemplate
+	switch {
+	case src != "":
+	case cfg.PortBinding == BindingTrunk:
+		src = TrunkNADConfigTemplate
+	default:
+		src = MacvlanNADConfigTemplate
 	}
 	tmpl, err := template.New("nad").Option("missingkey=error").Funcs(template.FuncMap{"json": jsonString}).Parse(src)
 	if err != nil {

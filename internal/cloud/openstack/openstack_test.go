@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,18 +54,30 @@ func TestFreshFloatingIP(t *testing.T) {
 	if got := att.PodAnnotation(); got != `[{"interface":"net1","name":"acme-gateway-uplink","namespace":"client-a"}]` {
 		t.Errorf("pod annotation %s", got)
 	}
+	// The default (trunk) binding: a VLAN interface on the node's NIC with the port's VLAN,
+	// MAC and address.
 	var conf struct {
-		Type, Master, Mac, Name string
-		IPAM                    struct {
-			Addresses []struct{ Address, Gateway string }
+		Name    string
+		Plugins []struct {
+			Type, Master, Mac string
+			VlanID            int
+			IPAM              struct {
+				Addresses []struct{ Address, Gateway string }
+			}
 		}
 	}
 	if err := json.Unmarshal([]byte(att.Config), &conf); err != nil {
 		t.Fatalf("NAD config is not JSON: %v\n%s", err, att.Config)
 	}
-	if conf.Type != "macvlan" || conf.Master != "eth1" || conf.Mac != port.MACAddress || conf.Name != att.Name ||
-		len(conf.IPAM.Addresses) != 1 || conf.IPAM.Addresses[0].Address != port.FixedIPs[0].IPAddress+"/24" || conf.IPAM.Addresses[0].Gateway != "10.20.0.1" {
-		t.Errorf("NAD config %s", att.Config)
+	if len(conf.Plugins) != 2 {
+		t.Fatalf("NAD config %s: want the vlan and tuning plugins", att.Config)
+	}
+	vlan, tuning := conf.Plugins[0], conf.Plugins[1]
+	if conf.Name != att.Name || vlan.Type != "vlan" || vlan.Master != "eth1" || vlan.VlanID != openstack.MinVLAN ||
+		!slices.Contains(port.Tags, openstack.TagVLANPrefix+strconv.Itoa(vlan.VlanID)) ||
+		len(vlan.IPAM.Addresses) != 1 || vlan.IPAM.Addresses[0].Address != port.FixedIPs[0].IPAddress+"/24" || vlan.IPAM.Addresses[0].Gateway != "10.20.0.1" ||
+		tuning.Type != "tuning" || tuning.Mac != port.MACAddress {
+		t.Errorf("NAD config %s (port tags %v)", att.Config, port.Tags)
 	}
 
 	if err := p.Delete(ctx, req); err != nil {

@@ -1,13 +1,17 @@
 // Package neutronfake is an in-process OpenStack for tests: a real HTTP server (httptest)
 // speaking the Keystone v3 token call and the subset of Neutron the operator uses (networks,
-// subnets, security groups and rules, ports, floating IPs, resource tags, list filters), with
+// subnets, security groups and rules, ports with allowed-address-pairs and port security,
+// floating IPs, trunks and their subports, resource tags, list filters), with
 // fault injection (fail the Nth call with a status, delay it past a client timeout, commit a
 // write and lose its response, quotas) and an inventory of what exists.
 //
 // It keeps Neutron's semantics where the operator depends on them: tags filter lists
 // (?tags=a,b matches resources carrying all of them), a port's fixed IP holds at most one
 // floating IP, deleting a port disassociates its floating IPs, a security group in use by a
-// port cannot be deleted, quotas answer 409 OverQuota, and unknown list filters are a 400.
+// port cannot be deleted, quotas answer 409 OverQuota, and unknown list filters are a 400; a
+// port is a subport of at most one trunk (its device_owner "trunk:subport", its device_id the
+// trunk's ID), a segmentation ID is used once per trunk, and neither a subport nor a trunk's
+// parent port can be deleted (409).
 package neutronfake
 
 import (
@@ -38,6 +42,7 @@ const (
 	SecurityGroupRules = "security-group-rules"
 	Ports              = "ports"
 	FloatingIPs        = "floatingips"
+	Trunks             = "trunks"
 	// Tokens is the Keystone token call (POST /v3/auth/tokens).
 	Tokens = "tokens"
 	// Versions is Neutron's version document (GET /), read once per client.
@@ -112,6 +117,13 @@ type FixedIP struct {
 	IPAddress string `json:"ip_address"`
 }
 
+// AddressPair is one of a port's allowed-address-pairs: an address (or CIDR) the port may
+// also send from, with the MAC it may use for it (the port's own when empty on create).
+type AddressPair struct {
+	IPAddress  string `json:"ip_address"`
+	MACAddress string `json:"mac_address"`
+}
+
 // Port is a Neutron port.
 type Port struct {
 	ID             string    `json:"id"`
@@ -123,12 +135,18 @@ type Port struct {
 	SecurityGroups []string  `json:"security_groups"`
 	DeviceID       string    `json:"device_id"`
 	DeviceOwner    string    `json:"device_owner"`
-	Status         string    `json:"status"`
-	AdminStateUp   bool      `json:"admin_state_up"`
-	ProjectID      string    `json:"project_id"`
-	Tags           []string  `json:"tags"`
-	CreatedAt      string    `json:"created_at"`
-	RevisionNumber int       `json:"revision_number"`
+	// AllowedAddressPairs and PortSecurityEnabled: what the port may send from besides its own
+	// MAC and fixed IPs, and whether the cloud checks that at all (true unless disabled).
+	AllowedAddressPairs []AddressPair `json:"allowed_address_pairs"`
+	PortSecurityEnabled bool          `json:"port_security_enabled"`
+	// TrunkDetails is set on a trunk's parent port.
+	TrunkDetails   *TrunkDetails `json:"trunk_details,omitempty"`
+	Status         string        `json:"status"`
+	AdminStateUp   bool          `json:"admin_state_up"`
+	ProjectID      string        `json:"project_id"`
+	Tags           []string      `json:"tags"`
+	CreatedAt      string        `json:"created_at"`
+	RevisionNumber int           `json:"revision_number"`
 }
 
 // FloatingIP is a Neutron floating IP.
@@ -222,6 +240,7 @@ type Server struct {
 	rules    map[string]*Rule
 	ports    map[string]*Port
 	fips     map[string]*FloatingIP
+	trunks   map[string]*Trunk
 	quota    map[string]int
 
 	faults []*Fault
@@ -284,6 +303,7 @@ func newServer() *Server {
 		rules:    map[string]*Rule{},
 		ports:    map[string]*Port{},
 		fips:     map[string]*FloatingIP{},
+		trunks:   map[string]*Trunk{},
 		quota:    map[string]int{},
 		fipNet:   map[string]*Subnet{},
 		clock:    time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC),
@@ -758,13 +778,13 @@ func (s *Server) overQuota(resource string, have int) *apiError {
 // singular is the JSON key of one resource of a collection.
 var singular = map[string]string{
 	Networks: "network", Subnets: "subnet", SecurityGroups: "security_group",
-	SecurityGroupRules: "security_group_rule", Ports: "port", FloatingIPs: "floatingip",
+	SecurityGroupRules: "security_group_rule", Ports: "port", FloatingIPs: "floatingip", Trunks: "trunk",
 }
 
 // plural is the JSON key of a list of a collection.
 var plural = map[string]string{
 	Networks: "networks", Subnets: "subnets", SecurityGroups: "security_groups",
-	SecurityGroupRules: "security_group_rules", Ports: "ports", FloatingIPs: "floatingips",
+	SecurityGroupRules: "security_group_rules", Ports: "ports", FloatingIPs: "floatingips", Trunks: "trunks",
 }
 
 func (s *Server) neutron(r *http.Request, kind, id string, body []byte) (int, any, *apiError) {
@@ -773,6 +793,11 @@ func (s *Server) neutron(r *http.Request, kind, id string, body []byte) (int, an
 	}
 	if _, ok := singular[kind]; !ok {
 		return 0, nil, errf(404, "NotFound", "resource %s not found", kind)
+	}
+	if kind == Trunks && id != "" {
+		if action := strings.TrimPrefix(r.URL.Path, "/v2.0/trunks/"+id); action != "" {
+			return s.trunkAction(r.Method, id, strings.TrimPrefix(action, "/"), body)
+		}
 	}
 	switch {
 	case r.Method == http.MethodGet && id == "":
@@ -804,6 +829,7 @@ func notFoundType(kind string) string {
 	return map[string]string{
 		Networks: "NetworkNotFound", Subnets: "SubnetNotFound", SecurityGroups: "SecurityGroupNotFound",
 		SecurityGroupRules: "SecurityGroupRuleNotFound", Ports: "PortNotFound", FloatingIPs: "FloatingIPNotFound",
+		Trunks: "TrunkNotFound",
 	}[kind]
 }
 
@@ -834,6 +860,10 @@ func (s *Server) get(kind, id string) any {
 		}
 	case FloatingIPs:
 		if v, ok := s.fips[id]; ok {
+			return v
+		}
+	case Trunks:
+		if v, ok := s.trunks[id]; ok {
 			return v
 		}
 	}
@@ -875,6 +905,10 @@ func (s *Server) all(kind string) []any {
 		}
 	case FloatingIPs:
 		for _, v := range sorted(s.fips, func(v *FloatingIP) string { return v.CreatedAt + v.ID }) {
+			out = append(out, v)
+		}
+	case Trunks:
+		for _, v := range sorted(s.trunks, func(v *Trunk) string { return v.CreatedAt + v.ID }) {
 			out = append(out, v)
 		}
 	}
@@ -1177,6 +1211,16 @@ func (s *Server) create(kind string, body []byte) (int, any, *apiError) {
 		}
 		s.fips[f.ID] = f
 		return 201, map[string]any{"floatingip": f}, nil
+	case Trunks:
+		m, e := decode(body, "trunk")
+		if e != nil {
+			return 0, nil, e
+		}
+		t, e := s.createTrunk(m)
+		if e != nil {
+			return 0, nil, e
+		}
+		return 201, map[string]any{"trunk": t}, nil
 	}
 	return 0, nil, errf(405, "HTTPMethodNotAllowed", "cannot create %s", kind)
 }
@@ -1307,7 +1351,11 @@ func (s *Server) createPort(m map[string]any) (*Port, *apiError) {
 		MACAddress: "fa:16:3e:" + id[0:2] + ":" + id[2:4] + ":" + id[4:6],
 		FixedIPs:   []FixedIP{{SubnetID: subID, IPAddress: addr}}, SecurityGroups: groups,
 		DeviceID: str(m, "device_id"), DeviceOwner: str(m, "device_owner"),
+		AllowedAddressPairs: []AddressPair{}, PortSecurityEnabled: true,
 		Status: "DOWN", AdminStateUp: true, ProjectID: ProjectID, Tags: []string{}, CreatedAt: s.now(),
+	}
+	if e := s.setPortSecurity(p, m); e != nil {
+		return nil, e
 	}
 	s.ports[p.ID] = p
 	return p, nil
@@ -1382,6 +1430,9 @@ func (s *Server) update(kind, id string, body []byte) (int, any, *apiError) {
 		if v, ok := m["description"].(string); ok {
 			p.Description = v
 		}
+		if e := s.setPortSecurity(p, m); e != nil {
+			return 0, nil, e
+		}
 		p.RevisionNumber++
 		return 200, map[string]any{"port": p}, nil
 	case SecurityGroups:
@@ -1413,8 +1464,15 @@ func (s *Server) delete(kind, id string) *apiError {
 		}
 		delete(s.fips, id)
 	case Ports:
-		if _, ok := s.ports[id]; !ok {
+		p, ok := s.ports[id]
+		if !ok {
 			return errf(404, "PortNotFound", "Port %s could not be found.", id)
+		}
+		if p.DeviceOwner == SubportOwner {
+			return errf(409, "PortInUseAsSubPort", "Port %s is currently a subport for trunk %s.", id, p.DeviceID)
+		}
+		if p.TrunkDetails != nil {
+			return errf(409, "PortInUseAsTrunkParent", "Port %s is currently in use and is not eligible for deletion: it is the parent port of trunk %s.", id, p.TrunkDetails.TrunkID)
 		}
 		for _, f := range s.fips {
 			if f.PortID != nil && *f.PortID == id {
@@ -1442,6 +1500,8 @@ func (s *Server) delete(kind, id string) *apiError {
 			return errf(404, "SecurityGroupRuleNotFound", "Security group rule %s does not exist", id)
 		}
 		delete(s.rules, id)
+	case Trunks:
+		return s.deleteTrunk(id)
 	default:
 		return errf(405, "HTTPMethodNotAllowed", "cannot delete %s", kind)
 	}

@@ -1,0 +1,162 @@
+package openstack_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
+)
+
+// node adds a server's NIC on the gateways' network (a trunk's parent with trunk) and returns
+// the node as the binding sees it.
+func (e *env) node(t *testing.T, name string, trunk bool) cloud.Node {
+	t.Helper()
+	server := "5ab0de00-0000-4000-8000-" + strings.Repeat("0", 12-len(name)) + name
+	if _, err := e.fake.AddVMPort(e.intNet, name, server, trunk); err != nil {
+		t.Fatal(err)
+	}
+	return cloud.Node{Name: name, ProviderID: "openstack:///" + server}
+}
+
+// subportsOf maps each trunk's parent port name to its subports.
+func (e *env) subportsOf() map[string][]neutronfake.Subport {
+	names := map[string]string{}
+	for _, p := range e.fake.PortList() {
+		names[p.ID] = p.Name
+	}
+	out := map[string][]neutronfake.Subport{}
+	for _, tr := range e.fake.TrunkList() {
+		out[names[tr.PortID]] = tr.SubPorts
+	}
+	return out
+}
+
+func (e *env) port(t *testing.T, id string) neutronfake.Port {
+	t.Helper()
+	for _, p := range e.fake.PortList() {
+		if p.ID == id {
+			return p
+		}
+	}
+	t.Fatalf("port %s does not exist", id)
+	return neutronfake.Port{}
+}
+
+// The gateway's port is the subport of the trunk of the node its pod runs on, with the VLAN
+// its NetworkAttachmentDefinition names; binding again changes nothing; the pod moving to
+// another node moves the subport (the old node's trunk keeps nothing of it); Delete takes it
+// off its trunk before deleting it; two gateways get different VLANs and share a trunk.
+func TestBindUplinkFollowsThePod(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx()
+	p := e.provider(t)
+	n1, n2 := e.node(t, "1", true), e.node(t, "2", true)
+	e.baseline = e.fake.Inventory()
+
+	req := poolRequest()
+	att := ensureReady(t, ctx, p, req).Pod.NetworkAttachment
+	changed, msg, err := p.BindUplink(ctx, req, n1)
+	if err != nil || !changed {
+		t.Fatalf("BindUplink(node 1): changed %v, %v", changed, err)
+	}
+	t.Log(msg)
+	want := neutronfake.Subport{PortID: att.PortID, SegmentationType: "vlan", SegmentationID: openstack.MinVLAN}
+	if got := e.subportsOf(); len(got["1"]) != 1 || got["1"][0] != want || len(got["2"]) != 0 {
+		t.Fatalf("subports %+v, want node 1's trunk to carry %+v only", got, want)
+	}
+	if pt := e.port(t, att.PortID); pt.DeviceOwner != openstack.SubportOwner {
+		t.Errorf("bound port's device_owner %q", pt.DeviceOwner)
+	}
+	if changed, _, err := p.BindUplink(ctx, req, n1); err != nil || changed {
+		t.Errorf("binding again: changed %v, %v", changed, err)
+	}
+
+	if changed, _, err := p.BindUplink(ctx, req, n2); err != nil || !changed {
+		t.Fatalf("BindUplink(node 2): changed %v, %v", changed, err)
+	}
+	if got := e.subportsOf(); len(got["1"]) != 0 || len(got["2"]) != 1 || got["2"][0] != want {
+		t.Fatalf("after the move: subports %+v, want node 2's trunk to carry %+v only", got, want)
+	}
+
+	other := poolRequest()
+	other.Name = "other"
+	att2 := ensureReady(t, ctx, p, other).Pod.NetworkAttachment
+	if _, _, err := p.BindUplink(ctx, other, n2); err != nil {
+		t.Fatalf("a second gateway on node 2: %v", err)
+	}
+	if got := e.subportsOf()["2"]; len(got) != 2 || got[1].PortID != att2.PortID || got[1].SegmentationID != openstack.MinVLAN+1 {
+		t.Errorf("node 2's subports %+v: want the second gateway's port as VLAN %d", got, openstack.MinVLAN+1)
+	}
+
+	for _, r := range []cloud.Request{req, other} {
+		if err := p.Delete(ctx, r); err != nil {
+			t.Fatalf("Delete %s: %v", r.Name, err)
+		}
+	}
+	if got := e.subportsOf(); len(got["1"])+len(got["2"]) != 0 {
+		t.Errorf("after Delete: subports %+v", got)
+	}
+	if got := e.leaked(); got.Total() != 0 {
+		t.Errorf("after Delete: %v left", got)
+	}
+}
+
+// What the binding cannot do is said with the node named, terminal (nothing retries it soon):
+// a node that is no OpenStack server, a node whose NIC is no trunk's parent, a VLAN another
+// subport already holds on the trunk. A failed trunk call is transient and the next try binds.
+func TestBindUplinkRefusals(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx()
+	p := e.provider(t)
+	req := poolRequest()
+	att := ensureReady(t, ctx, p, req).Pod.NetworkAttachment
+
+	terminal := func(t *testing.T, node cloud.Node, reason string, words ...string) {
+		t.Helper()
+		_, _, err := p.BindUplink(ctx, req, node)
+		ce, ok := cloud.AsError(err)
+		if !ok || !ce.Terminal || ce.Reason != reason {
+			t.Fatalf("BindUplink(%s): %v, want a terminal %s", node.Name, err, reason)
+		}
+		for _, w := range append(words, node.Name) {
+			if !strings.Contains(ce.Message, w) {
+				t.Errorf("message %q does not name %q", ce.Message, w)
+			}
+		}
+	}
+	t.Run("no OpenStack server", func(t *testing.T) {
+		terminal(t, cloud.Node{Name: "kind-worker", ProviderID: "kind://docker/kind/kind-worker"}, cloud.ReasonNotFound, "providerID")
+	})
+	t.Run("no trunk", func(t *testing.T) {
+		terminal(t, e.node(t, "3", false), cloud.ReasonNotFound, "trunk")
+	})
+	t.Run("VLAN taken", func(t *testing.T) {
+		n := e.node(t, "4", true)
+		foreign := e.fake.AddPort(e.intNet, "someone-elses-subport")
+		for _, tr := range e.fake.TrunkList() {
+			if tr.Name == "4-trunk" {
+				if err := e.fake.AddSubport(tr.ID, foreign, openstack.MinVLAN); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		terminal(t, n, cloud.ReasonConflict, "VLAN 100")
+	})
+	t.Run("a failed trunk call is retried", func(t *testing.T) {
+		n := e.node(t, "5", true)
+		remove := e.fake.Inject(neutronfake.Fault{Method: "PUT", Resource: neutronfake.Trunks, Status: 503})
+		_, _, err := p.BindUplink(ctx, req, n)
+		remove()
+		if ce, ok := cloud.AsError(err); !ok || ce.Terminal {
+			t.Fatalf("503 adding the subport: %v, want a transient error", err)
+		}
+		if changed, _, err := p.BindUplink(ctx, req, n); err != nil || !changed {
+			t.Fatalf("retry: changed %v, %v", changed, err)
+		}
+		if got := e.subportsOf()["5"]; len(got) != 1 || got[0].PortID != att.PortID {
+			t.Errorf("node 5's subports %+v", got)
+		}
+	})
+}
