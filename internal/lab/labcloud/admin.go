@@ -33,24 +33,50 @@ type QuotaRequest struct {
 	Limit    int    `json:"limit"`
 }
 
+// VMPortRequest is a server's NIC as Nova creates it on the VM network: a port named Name with
+// device_id ServerID, device_owner compute:nova, and with Trunk the parent port of a trunk of
+// its own (a server booted with a trunk port).
+type VMPortRequest struct {
+	Name     string `json:"name"`
+	ServerID string `json:"server_id"`
+	Trunk    bool   `json:"trunk"`
+}
+
 // State is what GET /state answers: everything the cloud holds.
 type State struct {
 	Inventory      neutronfake.Inventory       `json:"inventory"`
 	Ports          []neutronfake.Port          `json:"ports"`
 	FloatingIPs    []neutronfake.FloatingIP    `json:"floatingips"`
 	SecurityGroups []neutronfake.SecurityGroup `json:"security_groups"`
+	Trunks         []neutronfake.Trunk         `json:"trunks"`
 }
 
 // StateOf is everything c holds.
 func StateOf(c *neutronfake.Server) State {
-	return State{Inventory: c.Inventory(), Ports: c.PortList(), FloatingIPs: c.FloatingIPList(), SecurityGroups: c.SecurityGroupList()}
+	return State{Inventory: c.Inventory(), Ports: c.PortList(), FloatingIPs: c.FloatingIPList(), SecurityGroups: c.SecurityGroupList(), Trunks: c.TrunkList()}
 }
 
 // Admin is the lab cloud's control API (served on its own address, never the one the
 // operator is given): POST /faults (FaultRequest), DELETE /faults, POST /quota
-// (QuotaRequest), GET /state.
-func Admin(c *neutronfake.Server) http.Handler {
+// (QuotaRequest), POST /vm-ports (VMPortRequest; answers 201 and the port, a
+// neutronfake.Port, created on vmNetworkID), GET /state.
+func Admin(c *neutronfake.Server, vmNetworkID string) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("POST /vm-ports", func(w http.ResponseWriter, r *http.Request) {
+		var req VMPortRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Name == "" || req.ServerID == "" {
+			http.Error(w, fmt.Sprintf("want {\"name\": ..., \"server_id\": ..., \"trunk\": bool}: %v", err), http.StatusBadRequest)
+			return
+		}
+		p, err := c.AddVMPort(vmNetworkID, req.Name, req.ServerID, req.Trunk)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(p)
+	})
 	mux.HandleFunc("POST /faults", func(w http.ResponseWriter, r *http.Request) {
 		var req FaultRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {

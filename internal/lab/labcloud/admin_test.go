@@ -37,7 +37,7 @@ func adminCall(t *testing.T, url, method, path string, body any) int {
 // provider converges afterwards, leaving nothing behind once the gateway is deleted.
 func TestAdminFaultWindows(t *testing.T) {
 	c := newLabCloud(t)
-	admin := httptest.NewServer(labcloud.Admin(c.Server))
+	admin := httptest.NewServer(labcloud.Admin(c.Server, c.provNet))
 	t.Cleanup(admin.Close)
 	baseline := c.Inventory()
 	p := c.provider(t)
@@ -116,3 +116,50 @@ func TestAdminFaultWindows(t *testing.T) {
 type leak struct{ d neutronfake.Inventory }
 
 func (l *leak) Error() string { return "left behind: " + l.d.String() }
+
+// POST /vm-ports creates a server's NIC as Nova does (device_id the server, compute:nova), as a
+// trunk's parent when asked, and answers the port; GET /state lists the trunks.
+func TestAdminCreatesVMPorts(t *testing.T) {
+	c := newLabCloud(t)
+	admin := httptest.NewServer(labcloud.Admin(c.Server, c.provNet))
+	t.Cleanup(admin.Close)
+	post := func(body string) (int, neutronfake.Port) {
+		t.Helper()
+		resp, err := http.Post(admin.URL+"/vm-ports", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var p neutronfake.Port
+		if resp.StatusCode == http.StatusCreated {
+			if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return resp.StatusCode, p
+	}
+	code, node := post(`{"name": "lab-node-2", "server_id": "5ab0de00-0000-4000-8000-000000000002", "trunk": true}`)
+	if code != http.StatusCreated || node.DeviceID != "5ab0de00-0000-4000-8000-000000000002" || node.DeviceOwner != "compute:nova" ||
+		node.NetworkID != c.provNet || node.TrunkDetails == nil || node.MACAddress == "" || len(node.FixedIPs) != 1 {
+		t.Fatalf("POST /vm-ports (trunk): %d %+v", code, node)
+	}
+	code, vm := post(`{"name": "vm", "server_id": "5ab0de00-0000-4000-8000-0000000000aa"}`)
+	if code != http.StatusCreated || vm.TrunkDetails != nil || !vm.PortSecurityEnabled {
+		t.Fatalf("POST /vm-ports: %d %+v", code, vm)
+	}
+	if code, _ := post(`{"name": "no-server"}`); code != http.StatusBadRequest {
+		t.Fatalf("POST /vm-ports without a server ID: %d", code)
+	}
+	resp, err := http.Get(admin.URL + "/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st labcloud.State
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Trunks) != 1 || st.Trunks[0].PortID != node.ID || st.Trunks[0].ID != node.TrunkDetails.TrunkID {
+		t.Fatalf("GET /state trunks: %+v, want the trunk of port %s", st.Trunks, node.ID)
+	}
+}
