@@ -41,7 +41,7 @@ func command() *cobra.Command {
 		burst                                             int
 		zapOpts                                           = zap.Options{}
 		pullPolicy                                        string
-		osYAML, osCloud, osNetwork, osSubnet, osNADMaster string
+		osYAML, osCloud, osNetwork, osSubnet, osNADMaster, osBinding string
 		osNADTemplate                                     string
 		metricsNamespaces                                 string
 		osResync                                          time.Duration
@@ -107,7 +107,7 @@ func command() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("--openstack-clouds-yaml: %w", err)
 				}
-				p, err := openstack.NewFromCloudsYAML(raw, osCloud, openstack.Config{NetworkID: osNetwork, SubnetID: osSubnet, NADMaster: osNADMaster, NADConfigTemplate: osNADTemplate, CacheTTL: osResync})
+				p, err := openstack.NewFromCloudsYAML(raw, osCloud, openstack.Config{NetworkID: osNetwork, SubnetID: osSubnet, NADMaster: osNADMaster, PortBinding: osBinding, NADConfigTemplate: osNADTemplate, CacheTTL: osResync})
 				if err != nil {
 					return fmt.Errorf("OpenStack endpoint provider: %w", err)
 				}
@@ -171,8 +171,9 @@ func command() *cobra.Command {
 	f.StringVar(&osNetwork, "openstack-network-id", "", "Neutron network the gateways' ports are created on")
 	f.StringVar(&osSubnet, "openstack-subnet-id", "", "subnet of that network for the ports' addresses (optional)")
 	f.StringVar(&osNADMaster, "openstack-nad-master", "eth1", "node interface the Multus attachment of a gateway port uses")
+	f.StringVar(&osBinding, "openstack-port-binding", openstack.BindingTrunk, "how the cloud delivers a gateway port's frames to its pod's node: trunk (the port a VLAN subport of the node's trunk) or none (no port security on the nodes' ports)")
 	f.DurationVar(&osResync, "openstack-resync", openstack.DefaultCacheTTL, "how often a ready OpenStack endpoint is checked against the cloud again (what was changed there — a security-group rule removed, the floating IP disassociated — is repaired then; Neutron is not asked more often for an unchanged gateway)")
-	f.StringVar(&osNADTemplate, "openstack-nad-config-template", "", "text/template of the CNI config of a gateway port's NetworkAttachmentDefinition (empty: macvlan on --openstack-nad-master with the port's MAC and a static address; e.g. host-device when the port is attached to the node as its own NIC)")
+	f.StringVar(&osNADTemplate, "openstack-nad-config-template", "", "text/template of the CNI config of a gateway port's NetworkAttachmentDefinition (empty: for the trunk binding a VLAN interface with the port's VLAN, MAC and address on --openstack-nad-master, for none macvlan there; e.g. host-device when the port is attached to the node as its own NIC)")
 	f.Float32Var(&qps, "kube-api-qps", 200, "API requests per second")
 	f.IntVar(&burst, "kube-api-burst", 400, "API request burst")
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 )
@@ -83,20 +84,33 @@ func podAddresses(p *corev1.Pod) []netip.Addr {
 }
 
 // StripPod is the cache transform for Pods: the operator keeps only a pod's identity, whether
-// it uses the host network, its phase and its addresses.
+// it uses the host network, its node, its phase and its addresses — and of a gateway's pod
+// also the labels naming its gateway and its network attachment (the uplink binding).
 func StripPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
-	return &corev1.Pod{
+	out := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			DeletionTimestamp: p.DeletionTimestamp,
+			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
 		},
-		Spec:   corev1.PodSpec{HostNetwork: p.Spec.HostNetwork},
+		Spec:   corev1.PodSpec{HostNetwork: p.Spec.HostNetwork, NodeName: p.Spec.NodeName},
 		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIPs: p.Status.PodIPs},
-	}, nil
+	}
+	if _, _, gateway := gatewayOfPod(p); gateway {
+		out.Labels = map[string]string{}
+		for _, k := range []string{children.LabelInstance, children.LabelGateway, children.LabelIPsecGateway} {
+			if v, ok := p.Labels[k]; ok {
+				out.Labels[k] = v
+			}
+		}
+		if a, ok := p.Annotations[cloud.NetworksAnnotation]; ok {
+			out.Annotations = map[string]string{cloud.NetworksAnnotation: a}
+		}
+	}
+	return out, nil
 }
 
 // podAddressesChanged lets through only pod events that change what a gateway admits.

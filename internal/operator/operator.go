@@ -328,6 +328,11 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 		SetupWithManager(mgr, cfg.Concurrency); err != nil {
 		return nil, fmt.Errorf("peer controller: %w", err)
 	}
+	if binder, ok := cfg.OpenStack.(cloud.UplinkBinder); ok && binder != nil {
+		if err := (&controller.UplinkBindingReconciler{Client: mgr.GetClient(), Binder: binder, Recorder: recorder}).SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("uplink binding controller: %w", err)
+		}
+	}
 	if cfg.HealthAddr != "0" && cfg.HealthAddr != "" {
 		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 			return nil, err

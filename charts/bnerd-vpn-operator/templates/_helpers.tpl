@@ -102,6 +102,7 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 - --openstack-subnet-id={{ . }}
 {{- end }}
 - --openstack-nad-master={{ $v.openstack.nadMaster }}
+- --openstack-port-binding={{ $v.openstack.portBinding }}
 {{- with $v.openstack.resync }}
 - --openstack-resync={{ . }}
 {{- end }}
