@@ -32,22 +32,22 @@ func main() {
 
 func command() *cobra.Command {
 	var (
-		cfg                                               operator.Config
-		pool                                              string
-		internal                                          []string
-		podCIDRs, svcCIDRs, nodeCIDRs, allowedTargets     []string
-		hostNetworkNamespaces                             string
-		qps                                               float32
-		burst                                             int
-		zapOpts                                           = zap.Options{}
-		pullPolicy                                        string
+		cfg                                                          operator.Config
+		pool                                                         string
+		internal                                                     []string
+		podCIDRs, svcCIDRs, nodeCIDRs, allowedTargets                []string
+		hostNetworkNamespaces                                        string
+		qps                                                          float32
+		burst                                                        int
+		zapOpts                                                      = zap.Options{}
+		pullPolicy                                                   string
 		osYAML, osCloud, osNetwork, osSubnet, osNADMaster, osBinding string
-		osNADTemplate                                     string
-		metricsNamespaces                                 string
-		osResync                                          time.Duration
-		gatewayTolerations                                string
-		gatewayCPURequest, gatewayMemoryRequest           string
-		gatewayCPULimit, gatewayMemoryLimit               string
+		osNADTemplate                                                string
+		metricsNamespaces                                            string
+		osResync                                                     time.Duration
+		gatewayTolerations                                           string
+		gatewayCPURequest, gatewayMemoryRequest                      string
+		gatewayCPULimit, gatewayMemoryLimit                          string
 	)
 	cmd := &cobra.Command{
 		Use:           "operator",
