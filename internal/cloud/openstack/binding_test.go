@@ -1,6 +1,7 @@
 package openstack_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -159,4 +160,56 @@ func TestBindUplinkRefusals(t *testing.T) {
 			t.Errorf("node 5's subports %+v", got)
 		}
 	})
+}
+
+// Neutron pages long lists (pagination_max_limit): every list the provider makes follows the
+// pages. Five gateways on a network whose lists come two items a page get five different
+// VLANs, bind to one node's trunk side by side, and leave nothing behind.
+func TestListsFollowNeutronsPages(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx()
+	p := e.provider(t)
+	n := e.node(t, "1", true)
+	e.baseline = e.fake.Inventory()
+	e.fake.SetPageSize(2)
+
+	var reqs []cloud.Request
+	vlans := map[int]bool{}
+	for i := range 5 {
+		req := poolRequest()
+		req.Name = fmt.Sprintf("gw-%d", i)
+		reqs = append(reqs, req)
+		att := ensureReady(t, ctx, p, req).Pod.NetworkAttachment
+		if _, _, err := p.BindUplink(ctx, req, n); err != nil {
+			t.Fatalf("BindUplink %s: %v", req.Name, err)
+		}
+		vlan := 0
+		for _, s := range e.subportsOf()["1"] {
+			if s.PortID == att.PortID {
+				vlan = s.SegmentationID
+			}
+		}
+		if vlan == 0 || vlans[vlan] {
+			t.Fatalf("gateway %s: VLAN %d (taken: %v)", req.Name, vlan, vlans)
+		}
+		vlans[vlan] = true
+	}
+	paged := 0
+	for _, c := range e.fake.Calls() {
+		if c.Method == "GET" && strings.Contains(c.Query, "marker=") {
+			paged++
+		}
+	}
+	if paged == 0 {
+		t.Fatal("no list call followed a next page: the test does not exercise pagination")
+	}
+	for _, req := range reqs {
+		if err := p.Delete(ctx, req); err != nil {
+			t.Fatalf("Delete %s: %v", req.Name, err)
+		}
+	}
+	if got := e.leaked(); got.Total() != 0 || len(e.subportsOf()["1"]) != 0 {
+		t.Errorf("after Delete: %v left, subports %+v", got, e.subportsOf())
+	}
+	t.Logf("%d list calls followed a next page; VLANs %v", paged, vlans)
 }

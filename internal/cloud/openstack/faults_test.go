@@ -90,6 +90,12 @@ func faultCases() []faultCase {
 	add(faultCase{name: "502 on token call", setup: inject(neutronfake.Fault{Resource: neutronfake.Tokens, Status: 502}), want: P, wantReady: true})
 	add(faultCase{name: "timeout on token call", setup: inject(neutronfake.Fault{Resource: neutronfake.Tokens, Delay: slow}), want: P, wantReady: true})
 	add(faultCase{name: "token revoked (re-auth)", setup: func(e *env, _ *cloud.Request) { e.fake.RevokeTokens() }, want: cloud.ReasonReady, wantReady: true})
+	// The token expires while a call is under way (Keystone's expiry, not a revocation): the
+	// call is answered 401, the client logs in again and the Ensure goes on.
+	add(faultCase{name: "token expires mid-reconcile (re-auth)", setup: func(e *env, _ *cloud.Request) {
+		e.fake.SetTokenTTL(150 * time.Millisecond)
+		e.fake.Inject(neutronfake.Fault{Method: "POST", Resource: neutronfake.Ports, Delay: 200 * time.Millisecond})
+	}, heal: func(e *env) { e.fake.SetTokenTTL(0) }, want: cloud.ReasonReady, wantReady: true})
 
 	// Terminal conditions: reported, not retried in a loop; fixed outside, then Ready.
 	add(faultCase{name: "quota: floating IPs", setup: func(e *env, _ *cloud.Request) { e.fake.SetQuota("floatingip", e.baseline.FloatingIPs) },

@@ -198,6 +198,8 @@ type Call struct {
 	Resource string
 	ID       string
 	Status   int
+	// Query is the request's query string (list filters, pagination).
+	Query string
 }
 
 // Inventory counts what exists.
@@ -229,7 +231,8 @@ type Server struct {
 	mu       sync.Mutex
 	users    map[string]string // name -> password
 	appCreds map[string]string // id -> secret
-	tokens   map[string]bool
+	tokens   map[string]time.Time // token -> when it expires
+	tokenTTL time.Duration
 	// EchoAuthBody makes a failed token call answer with the request body in its error
 	// message, like a careless proxy would: a client must still not leak it.
 	echoAuthBody bool
@@ -242,6 +245,8 @@ type Server struct {
 	fips     map[string]*FloatingIP
 	trunks   map[string]*Trunk
 	quota    map[string]int
+
+	pageSize int
 
 	faults []*Fault
 	calls  []Call
@@ -296,7 +301,7 @@ func newServer() *Server {
 		changed:  make(chan struct{}),
 		users:    map[string]string{},
 		appCreds: map[string]string{},
-		tokens:   map[string]bool{},
+		tokens:   map[string]time.Time{},
 		networks: map[string]*Network{},
 		subnets:  map[string]*Subnet{},
 		groups:   map[string]*SecurityGroup{},
@@ -337,11 +342,19 @@ func (s *Server) EchoAuthBody(on bool) {
 	s.echoAuthBody = on
 }
 
+// SetTokenTTL makes tokens issued from now on expire after ttl (Keystone's token expiration;
+// an hour when 0): a call with an expired token is answered 401.
+func (s *Server) SetTokenTTL(ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokenTTL = ttl
+}
+
 // RevokeTokens invalidates every issued token (clients must re-authenticate).
 func (s *Server) RevokeTokens() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.tokens = map[string]bool{}
+	s.tokens = map[string]time.Time{}
 }
 
 // AddNetwork creates a network with one IPv4 subnet and returns their IDs. Floating IPs on an
@@ -402,6 +415,56 @@ func (s *Server) AddPort(networkID, name string) string {
 	}
 	s.notify()
 	return p.ID
+}
+
+// SetPageSize makes list answers pages of at most n items (Neutron's pagination_max_limit),
+// each with a "next" link (limit and marker) while more follow; 0 lists everything at once.
+// A client's own limit is honoured up to n.
+func (s *Server) SetPageSize(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pageSize = n
+}
+
+// paginate cuts a list to the page the request's marker and limit select, as Neutron does
+// (the marker is the ID of the previous page's last item); next is the following page's URL,
+// empty on the last page.
+func (s *Server) paginate(items []any, u *url.URL) (page []any, next string, apiErr *apiError) {
+	q := u.Query()
+	limit := s.pageSize
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nil, "", errf(400, "HTTPBadRequest", "Invalid input for limit: %q is not a non-negative integer.", v)
+		}
+		if n > 0 && (limit == 0 || n < limit) {
+			limit = n
+		}
+	}
+	idOf := func(obj any) string {
+		raw, _ := json.Marshal(obj)
+		var m struct {
+			ID string `json:"id"`
+		}
+		_ = json.Unmarshal(raw, &m)
+		return m.ID
+	}
+	start := 0
+	if marker := q.Get("marker"); marker != "" {
+		i := slices.IndexFunc(items, func(obj any) bool { return idOf(obj) == marker })
+		if i < 0 {
+			return nil, "", errf(404, "NotFound", "Marker %s could not be found.", marker)
+		}
+		start = i + 1
+	}
+	page = items[start:]
+	if limit == 0 || len(page) <= limit {
+		return page, "", nil
+	}
+	page = page[:limit]
+	q.Set("limit", strconv.Itoa(limit))
+	q.Set("marker", idOf(page[len(page)-1]))
+	return page, s.URL + u.Path + "?" + q.Encode(), nil
 }
 
 // SetQuota limits how many of a resource the project may have ("port", "security_group",
@@ -629,7 +692,7 @@ func writeFault(w http.ResponseWriter, f *Fault) {
 func (s *Server) record(r *http.Request, kind, id string, status int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.calls = append(s.calls, Call{Method: r.Method, Path: r.URL.Path, Resource: kind, ID: id, Status: status})
+	s.calls = append(s.calls, Call{Method: r.Method, Path: r.URL.Path, Resource: kind, ID: id, Status: status, Query: r.URL.RawQuery})
 }
 
 // classify turns a path into (kind, id).
@@ -667,7 +730,7 @@ func (s *Server) handle(r *http.Request, kind, id string, body []byte) (int, any
 	if !strings.HasPrefix(r.URL.Path, "/v2.0/") {
 		return 404, errBody(errf(404, "NotFound", "no route for %s", r.URL.Path)), nil
 	}
-	if !s.tokens[r.Header.Get("X-Auth-Token")] {
+	if exp, ok := s.tokens[r.Header.Get("X-Auth-Token")]; !ok || !time.Now().Before(exp) {
 		return 401, map[string]any{"error": map[string]any{"code": 401, "title": "Unauthorized", "message": "The request you have made requires authentication."}}, nil
 	}
 	status, resp, apiErr := s.neutron(r, kind, id, body)
@@ -732,7 +795,12 @@ func (s *Server) token(body []byte) (int, any, map[string]string) {
 		return unauthorized()
 	}
 	tok := "tok-" + s.newID()
-	s.tokens[tok] = true
+	ttl := s.tokenTTL
+	if ttl == 0 {
+		ttl = time.Hour
+	}
+	expires := time.Now().Add(ttl)
+	s.tokens[tok] = expires
 	endpoint := func(url string) []map[string]any {
 		var out []map[string]any
 		for _, iface := range []string{"public", "internal", "admin"} {
@@ -744,7 +812,7 @@ func (s *Server) token(body []byte) (int, any, map[string]string) {
 	return 201, map[string]any{"token": map[string]any{
 		"methods":    methods,
 		"issued_at":  now.Format("2006-01-02T15:04:05.000000Z"),
-		"expires_at": now.Add(time.Hour).Format("2006-01-02T15:04:05.000000Z"),
+		"expires_at": expires.UTC().Format("2006-01-02T15:04:05.000000Z"),
 		"user":       map[string]any{"id": "u1", "name": "operator", "domain": map[string]string{"id": "default", "name": "Default"}},
 		"project":    map[string]any{"id": ProjectID, "name": "vpn", "domain": map[string]string{"id": "default", "name": "Default"}},
 		"catalog": []map[string]any{
@@ -805,7 +873,15 @@ func (s *Server) neutron(r *http.Request, kind, id string, body []byte) (int, an
 		if apiErr != nil {
 			return 0, nil, apiErr
 		}
-		return 200, map[string]any{plural[kind]: items}, nil
+		page, next, apiErr := s.paginate(items, r.URL)
+		if apiErr != nil {
+			return 0, nil, apiErr
+		}
+		resp := map[string]any{plural[kind]: page}
+		if next != "" {
+			resp[plural[kind]+"_links"] = []map[string]string{{"rel": "next", "href": next}}
+		}
+		return 200, resp, nil
 	case r.Method == http.MethodGet:
 		obj := s.get(kind, id)
 		if obj == nil {
