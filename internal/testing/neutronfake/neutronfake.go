@@ -229,8 +229,8 @@ type Server struct {
 	srv *httptest.Server
 
 	mu       sync.Mutex
-	users    map[string]string // name -> password
-	appCreds map[string]string // id -> secret
+	users    map[string]string    // name -> password
+	appCreds map[string]string    // id -> secret
 	tokens   map[string]time.Time // token -> when it expires
 	tokenTTL time.Duration
 	// EchoAuthBody makes a failed token call answer with the request body in its error
