@@ -329,7 +329,12 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 		return nil, fmt.Errorf("peer controller: %w", err)
 	}
 	if binder, ok := cfg.OpenStack.(cloud.UplinkBinder); ok && binder != nil {
-		if err := (&controller.UplinkBindingReconciler{Client: mgr.GetClient(), Binder: binder, Recorder: recorder}).SetupWithManager(mgr); err != nil {
+		// A bound uplink is checked against the cloud as often as a ready endpoint.
+		var resync time.Duration
+		if r, ok := binder.(interface{ ResyncPeriod() time.Duration }); ok {
+			resync = r.ResyncPeriod()
+		}
+		if err := (&controller.UplinkBindingReconciler{Client: mgr.GetClient(), Binder: binder, Recorder: recorder, Resync: resync}).SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("uplink binding controller: %w", err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/trunks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
@@ -231,5 +232,9 @@ func (p *Provider) BindUplink(ctx context.Context, req cloud.Request, node cloud
 	log.FromContext(ctx).Info("bound the port to the node's trunk", "gateway", req.String(), "port", port.ID, "vlan", vlan, "trunk", trunk.ID, "node", node.Name)
 	return true, where, nil
 }
+
+// ResyncPeriod is how often a ready endpoint (and a bound uplink) is checked against the
+// cloud again (Config.CacheTTL); 0 when never.
+func (p *Provider) ResyncPeriod() time.Duration { return max(p.cfg.CacheTTL, 0) }
 
 var _ cloud.UplinkBinder = (*Provider)(nil)
