@@ -379,6 +379,99 @@ func test12CloudGateway(t *testing.T) {
 		t.Fatalf("after the rules came back: %v", err)
 	}
 	t.Logf("the operator restored UDP 500/4500 %.1fs after the removal; the site negotiated again and reaches web %.1fs after it", took.Seconds(), time.Since(removed).Seconds())
+
+	cloudUplinkFollowsPod(t, port, url)
+}
+
+// trunksCarrying are the nodes whose trunks carry the port as a subport (the lab names each
+// node's NIC, a trunk's parent, after the node), with the VLAN.
+func trunksCarrying(st labcloud.State, portID string) map[string]int {
+	names := map[string]string{}
+	for _, p := range st.Ports {
+		names[p.ID] = p.Name
+	}
+	out := map[string]int{}
+	for _, tr := range st.Trunks {
+		for _, s := range tr.SubPorts {
+			if s.PortID == portID {
+				out[names[tr.PortID]] = s.SegmentationID
+			}
+		}
+	}
+	return out
+}
+
+// cloudUplinkFollowsPod: the lab's cloud enforces port security, so the gateway's port reaches
+// its pod only as a subport of the trunk of the pod's node (the operator binds it). A frame
+// from an address not on the port is dropped there (counted by the cloud's port security)
+// while the port's own address is answered; the pod moved to another node takes the port's
+// binding along (nothing left on the first node's trunk) and the site is served again.
+func cloudUplinkFollowsPod(t *testing.T, port neutronfake.Port, url string) {
+	t.Helper()
+	pod, err := L.gatewayPod(cloudGW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := func(node string) int {
+		t.Helper()
+		var carriers map[string]int
+		if err := eventually(30*time.Second, func() error {
+			st, err := cloudState()
+			if err != nil {
+				return err
+			}
+			if carriers = trunksCarrying(st, port.ID); len(carriers) != 1 || carriers[node] == 0 {
+				return fmt.Errorf("port %s is a subport on the trunks of %v, want %s's only", port.ID, carriers, node)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return carriers[node]
+	}
+	vlan := bound(pod.Spec.NodeName)
+	t.Logf("port %s is VLAN %d on the trunk of %s, where the pod runs; net1 is a VLAN interface on that node's NIC", port.ID, vlan, pod.Spec.NodeName)
+
+	gwAddr := readCloudNetworks(t).ProviderGateway
+	spoofed := func() int64 {
+		t.Helper()
+		out, err := L.run(10*time.Second, "ip", "netns", "exec", "lab-cloud", "nft", "list", "counter", "bridge", labcloud.PortSecurityTable, labcloud.SpoofedCounter(port.ID))
+		if err != nil {
+			t.Fatalf("the port's spoofed counter: %v", err)
+		}
+		f := strings.Fields(out[strings.Index(out, "packets"):])
+		n, _ := strconv.ParseInt(f[1], 10, 64)
+		return n
+	}
+	const foreign = "100.100.0.250" // in the provider subnet, on no port
+	if out, err := podNetns(cloudGW, "ip", "addr", "add", foreign+"/32", "dev", "net1"); err != nil {
+		t.Fatalf("adding %s to net1: %v %s", foreign, err, out)
+	}
+	before := spoofed()
+	out, pingErr := podNetns(cloudGW, "ping", "-c", "3", "-W", "1", "-I", foreign, gwAddr)
+	if o, err := podNetns(cloudGW, "ip", "addr", "del", foreign+"/32", "dev", "net1"); err != nil {
+		t.Fatalf("removing %s from net1: %v %s", foreign, err, o)
+	}
+	after := spoofed()
+	if pingErr == nil || after <= before {
+		t.Fatalf("from %s (on no port) the pod reached the router %s (%v) or the cloud counted nothing (%d -> %d):\n%s", foreign, gwAddr, pingErr, before, after, out)
+	}
+	if out, err := podNetns(cloudGW, "ping", "-c", "1", "-W", "2", "-I", port.FixedIPs[0].IPAddress, gwAddr); err != nil {
+		t.Fatalf("from the port's own address the router does not answer: %v %s", err, out)
+	}
+	t.Logf("port security: from %s (on no port) the pod's frames are dropped by the cloud (%d counted), from the port's address %s the router answers", foreign, after-before, port.FixedIPs[0].IPAddress)
+
+	if labNodeCount() < 2 {
+		t.Log("one node: the move to another node is not tried")
+		return
+	}
+	to := labNodeName(2)
+	if pod.Spec.NodeName == to {
+		to = labNodeName(1)
+	}
+	took := moveGateway(t, cloudGW, to, func(timeout time.Duration) error { return siteLive(cloudSite, cloudSiteIndex, url, timeout) })
+	vlan = bound(to)
+	t.Logf("gateway %s moved from %s to %s: its port is VLAN %d on %s's trunk only, and %s reaches web again %.1fs after the old pod's deletion", cloudGW, pod.Spec.NodeName, to, vlan, to, cloudSite, took.Seconds())
 }
 
 // routerIngress is the ingress chain the cloud's router holds for a port (its security groups'

@@ -191,7 +191,11 @@ func (l *lab) inPodNetns(pod *corev1.Pod, container string, args ...string) (str
 			_, id, _ = strings.Cut(cs.ContainerID, "://")
 		}
 	}
-	out, err := l.run(20*time.Second, "ctr", "--address", l.state+"/containerd/containerd.sock", "-n", "k8s.io", "tasks", "ls")
+	sock := l.state + "/containerd/containerd.sock" // node 1's; node i's is under nodes/lab-node-i
+	if pod.Spec.NodeName != "" && pod.Spec.NodeName != labNodeName(1) {
+		sock = l.state + "/nodes/" + pod.Spec.NodeName + "/containerd/containerd.sock"
+	}
+	out, err := l.run(20*time.Second, "ctr", "--address", sock, "-n", "k8s.io", "tasks", "ls")
 	if err != nil {
 		return "", err
 	}

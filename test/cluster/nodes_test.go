@@ -158,13 +158,13 @@ func test2bAcrossNodes(t *testing.T) {
 	// on the backend's node, with hq probing the backend through its gateway on node 1
 	t.Run("gateways' node frozen: NotReady after the grace period, the pod-network gateway back on another node, the host-network one when the node is back", func(t *testing.T) {
 		url := edgeGateway(t, b)
-		moveGateway(t, wgGW, b)
-		t.Cleanup(func() { moveGateway(t, wgGW, a) })
+		t.Logf("gateway %s moved to %s, roam served again after %.1fs", wgGW, b, moveGateway(t, wgGW, b, roamServed).Seconds())
+		t.Cleanup(func() { moveGateway(t, wgGW, a, roamServed) })
 		gatewayNodeLost(t, b, url)
 	})
 	t.Run("the WireGuard gateway's node drained: its pod started on another node, roam's outage measured", func(t *testing.T) {
-		moveGateway(t, wgGW, b)
-		t.Cleanup(func() { moveGateway(t, wgGW, a) })
+		t.Logf("gateway %s moved to %s, roam served again after %.1fs", wgGW, b, moveGateway(t, wgGW, b, roamServed).Seconds())
+		t.Cleanup(func() { moveGateway(t, wgGW, a, roamServed) })
 		var moved string
 		sums := withNodeFaultProbed(t, b, "drain", "uncordon", func() {
 			var err error
@@ -385,15 +385,16 @@ func edgeGateway(t *testing.T, node string) string {
 }
 
 // moveGateway puts a gateway's pod on node: the other nodes are cordoned while its pod is
-// replaced, then uncordoned; it waits until the gateway's site answers again (WireGuard's roam).
-func moveGateway(t *testing.T, gw, node string) {
+// replaced, then uncordoned; it waits until served (the gateway's site answers again) and
+// returns how long that took from the pod's deletion.
+func moveGateway(t *testing.T, gw, node string, served func(timeout time.Duration) error) time.Duration {
 	t.Helper()
 	p, err := L.gatewayPod(gw)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Spec.NodeName == node {
-		return
+		return 0
 	}
 	var others []string
 	for i := 1; i <= labNodeCount(); i++ {
@@ -424,11 +425,14 @@ func moveGateway(t *testing.T, gw, node string) {
 	if err != nil {
 		t.Fatalf("gateway %s not on %s: %v", gw, node, err)
 	}
-	if err := siteLive("roam", 4, urlWGWeb(), 90*time.Second); err != nil {
-		t.Fatalf("roam through %s on %s: %v", gw, node, err)
+	if err := served(90 * time.Second); err != nil {
+		t.Fatalf("through %s on %s: %v", gw, node, err)
 	}
-	t.Logf("gateway %s moved to %s, roam served again after %.1fs", gw, node, time.Since(t0).Seconds())
+	return time.Since(t0)
 }
+
+// roamServed waits until roam reaches web through the WireGuard gateway.
+func roamServed(timeout time.Duration) error { return siteLive("roam", 4, urlWGWeb(), timeout) }
 
 // wgGatewayServedOffNode waits until the WireGuard gateway runs on another node than node and
 // roam is served through it again; it returns that node.
