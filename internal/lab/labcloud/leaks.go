@@ -11,8 +11,8 @@ import (
 
 // Leak is a cloud resource of the operator's still in the cloud.
 type Leak struct {
-	// Kind is "port", "security group" or "floating IP"; What names it (name or address and
-	// where it is attached).
+	// Kind is "port", "subport", "security group" or "floating IP"; What names it (name or
+	// address and where it is attached).
 	Kind, ID, What string
 	// Kept: a pinned floating IP, detached — kept on purpose (never released), not a leak.
 	// A pinned address still attached, or gone (released), is listed as not kept.
@@ -25,14 +25,29 @@ func ours(name string, tags []string) bool {
 		slices.ContainsFunc(tags, func(t string) bool { return strings.HasPrefix(t, openstack.TagGatewayPrefix) })
 }
 
-// Leaks lists what the operator left in the cloud once its gateways are gone: its ports,
-// security groups and floating IPs, and the pinned addresses (the gateways' spec.endpoint
-// floatingIP), Kept when detached, not kept when still attached or released.
+// Leaks lists what the operator left in the cloud once its gateways are gone: its ports (and
+// where one is still a trunk's subport: on a node's NIC), security groups and floating IPs,
+// and the pinned addresses (the gateways' spec.endpoint floatingIP), Kept when detached, not
+// kept when still attached or released.
 func Leaks(st State, pinned ...string) []Leak {
 	var out []Leak
+	names := map[string]string{}
 	for _, p := range st.Ports {
+		names[p.ID] = p.Name
 		if ours(p.Name, p.Tags) {
 			out = append(out, Leak{Kind: "port", ID: p.ID, What: p.Name})
+		}
+	}
+	for _, p := range st.Ports {
+		if !ours(p.Name, p.Tags) {
+			continue
+		}
+		for _, tr := range st.Trunks {
+			for _, sp := range tr.SubPorts {
+				if sp.PortID == p.ID {
+					out = append(out, Leak{Kind: "subport", ID: p.ID, What: fmt.Sprintf("VLAN %d on the trunk of %s", sp.SegmentationID, names[tr.PortID])})
+				}
+			}
 		}
 	}
 	for _, g := range st.SecurityGroups {
