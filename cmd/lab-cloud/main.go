@@ -6,7 +6,10 @@
 // It creates a provider network (ports' fixed IPs; its gateway address goes on the router's
 // provider link) and an external network (floating IPs), writes a clouds.yaml with a fresh
 // password for the operator (mode 0600, never printed), prints the networks' IDs as one JSON
-// line on stdout, and serves an admin API (faults, quotas, state) on its own address.
+// line on stdout, and serves an admin API (faults, quotas, VMs' ports, state) on its own
+// address. The provider link is a bridge, the provider network's switch: lab-cloud is its L2
+// agent too (labcloud.Switch: trunks' subports as VLAN links on their parents' taps, port
+// security on every port plugged in).
 //
 // It stands in for Multus too (which cannot be had here): run by a container runtime as a CNI
 // plugin (CNI_COMMAND set), chained after the cluster network in the runtime's conflist, it
@@ -118,7 +121,7 @@ func command() *cobra.Command {
 				return err
 			}
 			out.Admin = "http://" + al.Addr().String()
-			admin := &http.Server{Handler: labcloud.Admin(c), ReadHeaderTimeout: 10 * time.Second}
+			admin := &http.Server{Handler: labcloud.Admin(c, out.ProviderNetworkID), ReadHeaderTimeout: 10 * time.Second}
 			go func() {
 				if err := admin.Serve(al); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					log.Error(err, "admin API")
@@ -137,6 +140,16 @@ func command() *cobra.Command {
 					}
 				}()
 				go r.Run(ctx, c, 2*time.Second)
+				sw := &labcloud.Switch{Netns: routerNetns, Bridge: providerLink, Log: log}
+				if err := sw.Setup(); err != nil {
+					return err
+				}
+				defer func() {
+					if err := sw.Teardown(); err != nil {
+						log.Error(err, "removing the port security table")
+					}
+				}()
+				go sw.Run(ctx, c, 2*time.Second)
 			}
 			if err := json.NewEncoder(cmd.OutOrStdout()).Encode(out); err != nil {
 				return err
@@ -148,12 +161,12 @@ func command() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:9696", "address the Keystone/Neutron API listens on")
 	f.StringVar(&url, "url", "", "URL clients reach the API at (the service catalog's endpoint); http://<listen> when empty")
-	f.StringVar(&adminListen, "admin-listen", "127.0.0.1:9697", "address of the admin API (POST/DELETE /faults, POST /quota, GET /state)")
+	f.StringVar(&adminListen, "admin-listen", "127.0.0.1:9697", "address of the admin API (POST/DELETE /faults, POST /quota, POST /vm-ports, GET /state)")
 	f.StringVar(&cloudsYAML, "clouds-yaml", "", "write the operator's clouds.yaml here (mode 0600)")
 	f.StringVar(&cloudName, "cloud", "lab", "name of the cloud in the clouds.yaml")
 	f.StringVar(&routerNetns, "router-netns", "", "network namespace to program as the cloud router (empty: API only)")
 	f.StringVar(&clientLink, "client-link", "client", "the router's link toward the client sites")
-	f.StringVar(&providerLink, "provider-link", "provider", "the router's link on the provider network (gets the subnet's gateway address)")
+	f.StringVar(&providerLink, "provider-link", "provider", "the router's link on the provider network, a bridge the ports' taps are plugged into (gets the subnet's gateway address)")
 	f.StringVar(&providerCIDR, "provider-cidr", "198.51.100.0/24", "the provider network's subnet (ports' fixed IPs; its first address is the router's)")
 	f.StringVar(&fipCIDR, "floating-cidr", "203.0.113.0/24", "the external network's subnet (floating IPs)")
 	f.StringVar(&fipNetwork, "floating-network", "public", "name of the external network (a gateway's floatingIPPool)")

@@ -65,17 +65,30 @@ func (r *Router) Setup(gateway netip.Prefix) error {
 	return nil
 }
 
-func (r *Router) handle() (*netlink.Handle, func(), error) {
-	ns, err := netns.GetFromName(r.Netns)
+func (r *Router) handle() (*netlink.Handle, func(), error) { return netlinkIn(r.Netns) }
+
+// netlinkIn is a netlink handle in the named namespace and the function that closes it.
+func netlinkIn(name string) (*netlink.Handle, func(), error) {
+	ns, err := netns.GetFromName(name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("opening namespace %s: %w", r.Netns, err)
+		return nil, nil, fmt.Errorf("opening namespace %s: %w", name, err)
 	}
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
 		_ = ns.Close()
-		return nil, nil, fmt.Errorf("netlink in %s: %w", r.Netns, err)
+		return nil, nil, fmt.Errorf("netlink in %s: %w", name, err)
 	}
 	return h, func() { h.Close(); _ = ns.Close() }, nil
+}
+
+// applyNFT runs `nft -f -` with text in the named namespace.
+func applyNFT(ctx context.Context, name, nft, text string) error {
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", name, nft, "-f", "-")
+	cmd.Stdin = bytes.NewBufferString(text)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft in %s: %v: %s", name, err, out)
+	}
+	return nil
 }
 
 // Program applies the ruleset of s when it differs from what was applied last, and then
@@ -87,10 +100,8 @@ func (r *Router) Program(ctx context.Context, s Snapshot) (bool, error) {
 	if text == r.applied {
 		return false, nil
 	}
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", r.Netns, r.nft(), "-f", "-")
-	cmd.Stdin = bytes.NewBufferString(text)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return false, fmt.Errorf("nft in %s: %v: %s", r.Netns, err, out)
+	if err := applyNFT(ctx, r.Netns, r.nft(), text); err != nil {
+		return false, err
 	}
 	r.applied = text
 	h, closeH, err := r.handle()
