@@ -68,6 +68,8 @@ swanctl                                                   strongswan-swanctl    
 /usr/lib/cni/macvlan                                      containernetworking-plugins     tests,lab     # internal/lab/labcloud, lab-cloud's NADs
 /usr/lib/cni/static                                       containernetworking-plugins     tests,lab
 /usr/lib/cni/host-device                                  containernetworking-plugins     tests
+/usr/lib/cni/vlan                                         containernetworking-plugins     tests,lab     # a trunk subport's NAD
+/usr/lib/cni/tuning                                       containernetworking-plugins     tests,lab     # its MAC
 /usr/lib/cni/loopback                                     containernetworking-plugins     tests
 /usr/lib/cni/bridge                                       containernetworking-plugins     lab           # the lab cluster's pod network
 /usr/lib/cni/host-local                                   containernetworking-plugins     lab

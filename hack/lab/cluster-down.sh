@@ -136,12 +136,12 @@ fi
 rm -rf "$S"
 
 # nothing may be left: no process of the lab's builds, no chain or ipset of kube-router, no node
-# namespace, link, mount or cgroup
+# or cloud namespace, link, mount or cgroup
 left=$( { pgrep -f "^($root/bin/tools/kube-router-|$K/|$root/bin/lab/lab-lb )" | sed 's/^/process /'
           nft list table ip filter >/dev/null 2>&1 && iptables -S 2>/dev/null | grep -E -- "$KR_CHAINS" | sed 's/^/rule /'
           command -v ipset >/dev/null && ipset list -n 2>/dev/null | grep -E "$KR_SETS" | sed 's/^/ipset /'
-          ip netns list 2>/dev/null | awk '/^lab-(node|site)-/ {print "netns " $1}'
-          ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "^($NODENET_BRIDGE|$BRIDGE|lab-n[0-9]+|lab-s[0-9]+)$" | sed 's/^/link /'
+          ip netns list 2>/dev/null | awk -v cloud="$CLOUD_NS" '/^lab-(node|site)-/ || $1 == cloud {print "netns " $1}'
+          ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "^($NODENET_BRIDGE|$BRIDGE|$CLOUD_PROVIDER_LINK|$CLOUD_CLIENT_LINK|lab-n[0-9]+|lab-s[0-9]+)$" | sed 's/^/link /'
           lab_nft_tables | sed 's/^/nft table /'
           awk -v s="$S" 'index($2, s)==1 {print "mount " $2}' /proc/self/mounts
           ls -d /sys/fs/cgroup/*/"${CGROUP_ROOT#/}" /sys/fs/cgroup/*/"${CGROUP_ROOT#/}"-* 2>/dev/null | sed 's/^/cgroup /'; } || true)

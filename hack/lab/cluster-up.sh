@@ -69,7 +69,7 @@ if [ ! -f "$pki/ca.crt" ]; then
   # the kubelets' certificates: node_start
 fi
 
-# --- the lab's cloud: lab-cloud (Neutron/Keystone, the router namespace) -------------------------
+# --- the lab's cloud: lab-cloud (Neutron/Keystone, the router namespace), node 1's NIC on it ----------
 cloud_up
 
 # --- etcd, control plane ------------------------------------------------------------------------

@@ -28,10 +28,10 @@ kubectl() { "$K/kubectl" --kubeconfig "$S/pki/admin.kubeconfig" "$@"; }   # buil
 ctr() { command ctr --address "$CONTAINERD_SOCK" "$@"; }
 log() { echo "lab: $*" >&2; }
 # lab_nft_tables: "<family> <name>" of every nft table the lab owns in this network namespace —
-# any named bnerd-lab* (the lab's own), kube-proxy's, and the host-network gateway's — so a
-# sweep also finds one an interrupted or older run left behind
+# any named bnerd-lab* or bnerd_lab* (the lab's own), kube-proxy's, and the host-network
+# gateway's — so a sweep also finds one an interrupted or older run left behind
 lab_nft_tables() {
-  nft list tables 2>/dev/null | awk '$3 ~ /^(bnerd-lab|kube-proxy$|bnerd_vpn$|bnerd_vpn_gate$)/ {print $2, $3}'
+  nft list tables 2>/dev/null | awk '$3 ~ /^(bnerd-lab|bnerd_lab|kube-proxy$|bnerd_vpn$|bnerd_vpn_gate$)/ {print $2, $3}'
 }
 start() { # start <name> <cmd...>: in the background, logging to $S/logs/<name>.log, pid recorded
   local n=$1; shift
@@ -106,13 +106,18 @@ site_wireguard_key() {
   wg pubkey <"$d/private.key"
 }
 # The lab's cloud (hack/lab/cloud.sh, lab-cloud): the in-repo Neutron/Keystone on the node's
-# address and its L3 agent programming the router namespace $CLOUD_NS, which sits between the
-# node (client link: the sites reach the floating IPs through the node, which routes them to the
-# router) and the provider network (the router's provider link; its node end $CLOUD_PROVIDER_LINK
-# is the NAD master the gateways' net1 and the "VM" hang off as macvlans). CGNAT ranges of its
-# own: provider network 100.100.0.0/24 (router .1), floating IPs 100.101.0.0/24, client link
-# 100.102.0.0/30.
+# address and its L3 and L2 agents programming the router namespace $CLOUD_NS, which sits
+# between the node (client link: the sites reach the floating IPs through the node, which
+# routes them to the router) and the provider network: the bridge $CLOUD_PROVIDER_BRIDGE there
+# (the router's provider link, with the router's gateway address and MAC $CLOUD_ROUTER_MAC) is
+# the network's switch, every VM's NIC a veth whose router end tap<port ID> is plugged into it,
+# with Neutron's port security. Each node is such a VM: its NIC $CLOUD_PROVIDER_LINK (on the
+# machine for node 1, in its namespace for the others), its port a trunk's parent, and the
+# NAD master of the gateways' net1. CGNAT ranges of its own: provider network 100.100.0.0/24
+# (router .1), floating IPs 100.101.0.0/24, client link 100.102.0.0/30.
 CLOUD_NS=lab-cloud
+CLOUD_PROVIDER_BRIDGE=provider
+CLOUD_ROUTER_MAC=02:00:64:64:00:01
 CLOUD_PROVIDER_LINK=lab-cprov
 CLOUD_CLIENT_LINK=lab-cclient
 CLOUD_CLIENT_NODE=100.102.0.1

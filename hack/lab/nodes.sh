@@ -22,6 +22,11 @@ node_dir() { if [ "$1" = 1 ]; then echo "$S"; else echo "$S/nodes/$(node_name "$
 node_cgroup() { if [ "$1" = 1 ]; then echo "$CGROUP_ROOT"; else echo "$CGROUP_ROOT-$(node_name "$1")"; fi; }
 node_sock() { echo "$(node_dir "$1")/containerd/containerd.sock"; }
 node_link() { echo "lab-n$1"; }             # the machine's end of a node's uplink
+# node_server_id <i>: the ID of node <i>'s server in the lab's cloud (its NIC's port's device_id)
+# and node_provider_id <i> the kubelet's providerID with it, from which the operator finds the
+# node's port, as cloud-provider-openstack finds a node's server
+node_server_id() { printf '5ab0de00-0000-4000-8000-0000000000%02d\n' "$1"; }
+node_provider_id() { echo "openstack:///$(node_server_id "$1")"; }
 # node_index <name>: the index of a node by name (1 for $NODE)
 node_index() {
   local i
@@ -49,8 +54,8 @@ nodes_network() {
 }
 
 # node_namespaces <i>: node <i>'s network namespace (its uplink on the node network, its pod
-# range routed to it) and its mount namespace (its own kubelet device plugin and pod log
-# directories; the rest of the file system is the machine's)
+# range routed to it, its NIC on the cloud's provider network) and its mount namespace (its own
+# kubelet device plugin and pod log directories; the rest of the file system is the machine's)
 node_namespaces() {
   local i=$1 n; n=$(node_name "$1")
   local d; d=$(node_dir "$i")
@@ -66,6 +71,7 @@ node_namespaces() {
   ip route replace "$(node_pod_cidr "$i")" via "$(node_ip "$i")"
   ip netns exec "$n" sysctl -qw net.ipv4.ip_forward=1
   ip netns exec "$n" sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
+  node_cloud_nic "$i"
   touch "$d/mnt"
   unshare --mount="$d/mnt" --propagation slave true
   # what a kubelet keeps at fixed paths, the node's own: its device plugins' sockets, and the pods'
@@ -74,6 +80,16 @@ node_namespaces() {
   nsenter --mount="$d/mnt" -- mount -t tmpfs -o size=1m lab-device-plugins /var/lib/kubelet/device-plugins
   nsenter --mount="$d/mnt" -- mount --bind "$d/log/pods" /var/log/pods
   nsenter --mount="$d/mnt" -- mount --bind "$d/log/containers" /var/log/containers
+}
+
+# node_cloud_nic <i>: node <i>'s NIC on the cloud's provider network, $CLOUD_PROVIDER_LINK (on the
+# machine for node 1, in its namespace for the others), its port named after the node and the
+# parent port of a trunk (the gateways' ports become its subports; hack/lab/cloud.sh)
+node_cloud_nic() {
+  local i=$1 ns=- id
+  [ "$i" = 1 ] || ns=$(node_name "$i")
+  id=$(cloud_vm_nic "$(node_name "$i")" "$(node_server_id "$i")" yes "$ns" "$CLOUD_PROVIDER_LINK") || return 1
+  log "$(node_name "$i"): $CLOUD_PROVIDER_LINK on the cloud's provider network, port $id (a trunk's parent)"
 }
 
 # node_start <i> <images>: node <i>'s containerd (the images of the file <images>, lines "ref
@@ -157,6 +173,7 @@ imageGCLowThresholdPercent: 99
 evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"}
 serializeImagePulls: false
 podCIDR: $(node_pod_cidr "$i")
+providerID: $(node_provider_id "$i")
 registerWithTaints: $taints
 resolvConf: /etc/resolv.conf
 healthzBindAddress: 127.0.0.1

@@ -614,7 +614,7 @@ func test13Cutover(t *testing.T) {
 	}
 	pinnedFIP := vmFIP.FloatingIP
 	vmIP := vmPort.FixedIPs[0].IPAddress
-	if out, err := L.sh(30*time.Second, fmt.Sprintf("cloud_port_netns vm %s %s/24", vmPort.MACAddress, vmIP)); err != nil {
+	if out, err := L.sh(30*time.Second, fmt.Sprintf("cloud_port_netns vm %s %s/24 %s", vmPort.MACAddress, vmIP, vmPort.ID)); err != nil {
 		t.Fatalf("the VM's namespace: %v %s", err, out)
 	}
 	t.Logf("VM: port %s (%s, MAC %s) holds %s", vmPort.ID, vmIP, vmPort.MACAddress, pinnedFIP)
