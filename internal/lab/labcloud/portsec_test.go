@@ -1,6 +1,7 @@
 package labcloud
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -91,5 +92,26 @@ func TestTapNameIsNeutrons(t *testing.T) {
 	id := "5d6e7f80-1234-4abc-8def-0123456789ab"
 	if got := TapName(id); got != "tap5d6e7f80-12" || len(got) > 15 {
 		t.Fatalf("TapName(%s) = %q, want tap5d6e7f80-12 (a kernel link name)", id, got)
+	}
+}
+
+// A trunk's subports get VLAN links only while its parent is plugged in (its tap is a link).
+func TestSubportLinksFollowPluggedParents(t *testing.T) {
+	trunks := []neutronfake.Trunk{
+		{ID: "t1", PortID: "aaaaaaaa-aaaa-4000", SubPorts: []neutronfake.Subport{
+			{PortID: "cccccccc-cccc-4000", SegmentationType: "vlan", SegmentationID: 102},
+			{PortID: "bbbbbbbb-bbbb-4000", SegmentationType: "vlan", SegmentationID: 101},
+		}},
+		{ID: "t2", PortID: "dddddddd-dddd-4000", SubPorts: []neutronfake.Subport{
+			{PortID: "eeeeeeee-eeee-4000", SegmentationType: "vlan", SegmentationID: 101},
+		}},
+	}
+	got := SubportLinks(trunks, []string{"lo", "provider", "tapaaaaaaaa-aa"})
+	want := []SubportLink{
+		{Name: "tapbbbbbbbb-bb", Parent: "tapaaaaaaaa-aa", VLAN: 101},
+		{Name: "tapcccccccc-cc", Parent: "tapaaaaaaaa-aa", VLAN: 102},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("SubportLinks = %+v, want %+v", got, want)
 	}
 }
