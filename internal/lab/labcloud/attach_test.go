@@ -51,7 +51,7 @@ func hasAddr(l ipLink, cidr string) bool {
 // cloud, executed unchanged with the real CNI plugins (Multus' call: ADD/DEL, net1, the pod's
 // namespace), gives the pod net1 with the port's MAC and fixed IP, on the provider network
 // (the cloud router's gateway answers through it); DEL takes it away again, twice without
-// error (once for host-device, whose Debian release fails a repeated DEL). Both the default macvlan template and the host-device variant; the node is a
+// error (once for host-device, whose Debian release fails a repeated DEL). Both the macvlan template (BindingNone) and the host-device variant; the node is a
 // namespace whose p0 is the provider network (the macvlan's master, or the port's own NIC).
 func TestNADDispatchGivesThePodThePort(t *testing.T) {
 	for _, tc := range []struct {
@@ -71,7 +71,7 @@ func TestNADDispatchGivesThePodThePort(t *testing.T) {
 			c := newLabCloud(t)
 			tp := newTopology(t, c)
 			node := tp.port
-			p := c.provider(t, func(cfg *openstack.Config) { cfg.NADMaster = "p0"; cfg.NADConfigTemplate = tc.template })
+			p := c.provider(t, onVeth, func(cfg *openstack.Config) { cfg.NADConfigTemplate = tc.template })
 			req := gatewayRequest()
 			att := ensureReady(t, p, req).Pod.NetworkAttachment
 			t.Cleanup(func() { _ = p.Delete(context.Background(), req) })

@@ -15,7 +15,6 @@ import (
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
-	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
 	"github.com/bnerd/bnerd-vpn-operator/internal/lab/labcloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/charontest"
@@ -56,7 +55,7 @@ func TestIKEThroughTheFloatingIP(t *testing.T) {
 	charontest.Skip(t, "nft", "socat")
 	c := newLabCloud(t)
 	tp := newTopology(t, c)
-	p := c.provider(t, func(cfg *openstack.Config) { cfg.NADMaster = "p0" })
+	p := c.provider(t, onVeth)
 	req := gatewayRequest()
 	req.PeerAddresses = []netip.Addr{netip.MustParseAddr(clientAddr)}
 	res := ensureReady(t, p, req)
@@ -267,7 +266,7 @@ func TestCutoverFromTheVM(t *testing.T) {
 	established(t, vmCharon, 30*time.Second)
 	t.Log("the site's tunnel is up with the VM")
 
-	p := c.provider(t, func(cfg *openstack.Config) { cfg.NADMaster = "p0" })
+	p := c.provider(t, onVeth)
 	req := gatewayRequest()
 	req.Endpoint = model.Endpoint{Kind: model.EndpointFloatingIP, FloatingIP: netip.MustParseAddr(pinned)}
 	req.PeerAddresses = []netip.Addr{netip.MustParseAddr(clientAddr)}

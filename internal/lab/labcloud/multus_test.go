@@ -15,7 +15,6 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
-	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
 	"github.com/bnerd/bnerd-vpn-operator/internal/lab/labcloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/testenv"
 )
@@ -55,7 +54,7 @@ func TestLabCloudAsChainedCNIPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p := c.provider(t, func(cfg *openstack.Config) { cfg.NADMaster = "p0" })
+	p := c.provider(t, onVeth)
 	req := gatewayRequest()
 	att := ensureReady(t, p, req).Pod.NetworkAttachment
 	t.Cleanup(func() { _ = p.Delete(ctx, req) })

@@ -69,6 +69,12 @@ func (c *labCloud) provider(t *testing.T, mut ...func(*openstack.Config)) *opens
 	return p
 }
 
+// onVeth configures the provider for newTopology, whose provider link is a plain veth to the
+// port's namespace (p0, the NAD's master): no switch and no port security there, so the port
+// is attached with the macvlan binding (BindingNone). The trunk binding on the lab's switch is
+// switch_test.go's.
+func onVeth(cfg *openstack.Config) { cfg.NADMaster = "p0"; cfg.PortBinding = openstack.BindingNone }
+
 // network is a gophercloud Neutron client, as the cloud's user has one.
 func (c *labCloud) network(t *testing.T) *gophercloud.ServiceClient {
 	t.Helper()
