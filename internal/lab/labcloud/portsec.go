@@ -42,7 +42,7 @@ func short(id string) string {
 // (SpoofedCounter). To the port (postrouting: forwarded or sent by the router) only broadcast,
 // multicast and frames for its MAC or a pair's; others are dropped and counted
 // (MisdirectedCounter). A port without port security, and a link that is no port's, is not
-// checked. trunks only annotate a subport's chains with its trunk and VLAN.
+// checked. trunks only annotate a subport's chains with its VLAN and its parent's tap.
 func PortSecurity(ports []neutronfake.Port, trunks []neutronfake.Trunk, members []string) string {
 	byTap := map[string]neutronfake.Port{}
 	for _, p := range ports {
@@ -88,15 +88,8 @@ func PortSecurity(ports []neutronfake.Port, trunks []neutronfake.Trunk, members 
 	}
 	w("  }")
 	for _, p := range checked {
-		about := "port " + p.ID
-		if p.Name != "" {
-			about += " (" + p.Name + ")"
-		}
-		if v, ok := vlanOf[p.ID]; ok {
-			about += ", " + v
-		}
 		w("  chain %s {", fromChain(p.ID))
-		w("    comment %q", about+": what it may send")
+		w("    comment %q", chainComment(p, vlanOf[p.ID], "what it may send"))
 		for _, s := range sources(p) {
 			w("    ether type ip ether saddr %s ip saddr %s accept", s.mac, s.prefix)
 			w("    ether type arp ether saddr %s arp saddr ether %s arp saddr ip %s accept", s.mac, s.mac, s.prefix)
@@ -104,7 +97,7 @@ func PortSecurity(ports []neutronfake.Port, trunks []neutronfake.Trunk, members 
 		w("    counter name %q drop", SpoofedCounter(p.ID))
 		w("  }")
 		w("  chain %s {", toChain(p.ID))
-		w("    comment %q", about+": what it may receive")
+		w("    comment %q", chainComment(p, vlanOf[p.ID], "what it may receive"))
 		w("    ether daddr & 01:00:00:00:00:00 == 01:00:00:00:00:00 accept")
 		w("    ether daddr { %s } accept", strings.Join(macs(p), ", "))
 		w("    counter name %q drop", MisdirectedCounter(p.ID))
@@ -112,6 +105,29 @@ func PortSecurity(ports []neutronfake.Port, trunks []neutronfake.Trunk, members 
 	}
 	w("}")
 	return b.String()
+}
+
+// maxComment is the longest comment nft takes.
+const maxComment = 128
+
+// chainComment says whose chain it is: the port's ID, its name when that is plain (letters,
+// digits, ".", "_", "-") and fits in nft's comment, and its VLAN when it is a subport.
+func chainComment(p neutronfake.Port, vlan, what string) string {
+	tail := ": " + what
+	if vlan != "" {
+		tail = ", " + vlan + tail
+	}
+	named := "port " + p.ID + " (" + p.Name + ")" + tail
+	if p.Name != "" && plain(p.Name) && len(named) <= maxComment {
+		return named
+	}
+	return "port " + p.ID + tail
+}
+
+func plain(s string) bool {
+	return !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+	})
 }
 
 func fromChain(portID string) string { return "from_" + short(portID) }

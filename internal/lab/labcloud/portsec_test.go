@@ -12,7 +12,7 @@ import (
 // from its (MAC, fixed IP)s and its allowed address pairs (a pair's own MAC, a CIDR), IPv4 and
 // ARP alike, and receives only broadcast, multicast and its MACs; a port without port
 // security, a port that is not plugged in and a link that is no port's get no chains; a
-// subport's chains name its trunk and VLAN.
+// subport's chains name its VLAN and its parent's tap, within nft's comment length.
 func TestPortSecurityRendersNeutronsPortSecurity(t *testing.T) {
 	node := neutronfake.Port{ID: "0a0b0c0d-1111-4000-8000-000000000001", Name: "lab-node", MACAddress: "fa:16:3e:0a:0b:0c",
 		FixedIPs: []neutronfake.FixedIP{{IPAddress: "100.100.0.2"}}, PortSecurityEnabled: true}
@@ -79,6 +79,16 @@ table bridge bnerd_lab_portsec {
 `
 	if got != want {
 		t.Fatalf("PortSecurity:\n%s\nwant:\n%s", got, want)
+	}
+
+	// nft takes comments of 128 characters: a long or odd name is left out.
+	for _, name := range []string{"bnerd-vpn-0b7d1c1e-5a4e-4a43-9d6f-2f4a4f1f0001-with-a-name-too-long-for-it", `say "hi"`} {
+		gateway.Name = name
+		text := PortSecurity([]neutronfake.Port{node, gateway}, trunks, members)
+		want := `comment "port 1a1b1c1d-2222-4000-8000-000000000002, vlan 101 on tap0a0b0c0d-11: what it may receive"`
+		if !strings.Contains(text, want) {
+			t.Errorf("the gateway's chain named %q, want %s:\n%s", name, want, text)
+		}
 	}
 
 	// Nothing plugged in: the table and its two hooks, empty.

@@ -20,6 +20,8 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/trunks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud"
+	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
 	"github.com/bnerd/bnerd-vpn-operator/internal/lab/labcloud"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
@@ -382,14 +384,71 @@ func TestSwitchCarriesSubports(t *testing.T) {
 	t.Logf("subport removed: %s gone, the pod's pings unanswered", subTap)
 }
 
+// The operator's trunk binding on the lab's switch: the provider's port (BindingTrunk, its
+// NAD's master the node's NIC) bound to the trunk of the node found by its providerID
+// (BindUplink) gets its VLAN link; the NAD the provider rendered, executed unchanged, gives
+// the pod the port's VLAN interface, which reaches the router, and IKE to the floating IP
+// reaches the pod through the router, the switch and the subport; nothing is dropped on the
+// gateway's port.
+func TestSwitchCarriesTheOperatorsTrunkBinding(t *testing.T) {
+	for _, plugin := range []string{"vlan", "tuning", "static"} {
+		if _, err := (&labcloud.Attacher{}).Find(plugin); err != nil {
+			netns.SkipUnavailable(t, fmt.Errorf("CNI plugin %s: %v (hack/install-test-deps.sh installs containernetworking-plugins)", plugin, err))
+		}
+	}
+	p := newProvider(t)
+	if err := p.vlanDevices(); err != nil {
+		t.Skip(err)
+	}
+	bg := context.Background()
+	op := p.c.provider(t, func(cfg *openstack.Config) { cfg.NADMaster = nodeNIC; cfg.PortBinding = openstack.BindingTrunk })
+	req := gatewayRequest()
+	res := ensureReady(t, op, req)
+	t.Cleanup(func() { _ = op.Delete(context.Background(), req) })
+	att := res.Pod.NetworkAttachment
+	node := cloud.Node{Name: p.nodePort.Name, ProviderID: "openstack:///" + p.nodePort.DeviceID}
+	if _, msg, err := op.BindUplink(bg, req, node); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Logf("BindUplink: %s", msg)
+	}
+	subTap := labcloud.TapName(att.PortID)
+	if err := netns.Eventually(10*time.Second, func() error {
+		if l, ok := link(t, p.router, subTap); !ok || l.LinkInfo.InfoKind != "vlan" || l.Link != labcloud.TapName(p.nodePort.ID) || l.Master != "provider" {
+			return fmt.Errorf("the gateway port's link %s: %v %+v", subTap, ok, l)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p.checked(t, true, att.PortID)
+
+	pod := p.vmNS("pod")
+	a := &labcloud.Attacher{CacheDir: t.TempDir(), NodeNetns: p.node.Name}
+	ref := labcloud.Pod{Namespace: req.Namespace, Name: "edge-0", UID: "pod-uid-1", ContainerID: "sandbox-edge-0", NetNS: "/run/netns/" + pod.Name}
+	if _, err := a.Add(bg, att.Config, ref); err != nil {
+		t.Fatalf("%v\nNAD: %s", err, att.Config)
+	}
+	t.Cleanup(func() { _ = a.Del(context.Background(), att.Config, ref) })
+	pod.MustRun("ip", "route", "replace", "default", "via", routerGateway, "dev", "net1")
+	if n := pings(t, pod, routerGateway, 3); n == 0 {
+		t.Fatalf("the router does not answer the pod on the operator's NAD:\n%s", att.Config)
+	}
+	echo(pod, "udp", att.FixedIP, 500, "ike")
+	expectAnswer(t, p.client, "udp", res.PublicAddress, 500, "ike-"+clientAddr)
+	if n := p.counter(t, labcloud.SpoofedCounter(att.PortID)); n != 0 {
+		t.Fatalf("%d frames of the gateway's port were dropped", n)
+	}
+}
+
 // TestSwitchInVM runs the switch's tests in the test VM (internal/testing/vmtest: Debian's
 // kernel, which has the 802.1Q VLAN links a trunk's subports need and some kernels lack);
 // opt-in with BNERD_VMTEST=1.
 func TestSwitchInVM(t *testing.T) {
 	vmtest.Skip(t)
-	res := vmtest.Run(t, "./internal/lab/labcloud", vmtest.Options{Run: "^TestSwitch(EnforcesPortSecurity|CarriesSubports)$", Timeout: 8 * time.Minute,
+	res := vmtest.Run(t, "./internal/lab/labcloud", vmtest.Options{Run: "^TestSwitch(EnforcesPortSecurity|CarriesSubports|CarriesTheOperatorsTrunkBinding)$", Timeout: 8 * time.Minute,
 		Modules: append(slices.Clone(vmtest.DefaultModules), "8021q", "bridge", "br_netfilter", "macvlan", "nft_nat", "nft_masq")})
-	for _, name := range []string{"TestSwitchEnforcesPortSecurity", "TestSwitchCarriesSubports"} {
+	for _, name := range []string{"TestSwitchEnforcesPortSecurity", "TestSwitchCarriesSubports", "TestSwitchCarriesTheOperatorsTrunkBinding"} {
 		if !strings.Contains(res.Output, "--- PASS: "+name+" ") {
 			t.Errorf("the VM did not report %s as passed", name)
 		}
