@@ -85,8 +85,9 @@ vm-kit: ## build the VM tests' kit once (Debian's kernel and modules, initramfs;
 	@hack/vm/kit.sh >/dev/null
 
 .PHONY: test-vm
-test-vm: test-deps vm-kit ## the tests that need a real kernel dataplane (XFRM, kernel WireGuard), in a qemu VM
+test-vm: test-deps vm-kit ## the tests that need a real kernel dataplane (XFRM, kernel WireGuard, 802.1Q VLANs), in a qemu VM
 	BNERD_VMTEST=1 $(STATIC) go test $(TRIM) -count=1 -v -timeout 15m ./internal/testing/vmtest
+	BNERD_VMTEST=1 $(STATIC) go test $(TRIM) -count=1 -v -timeout 15m -run '^TestSwitchInVM$$' ./internal/lab/labcloud
 
 # make lab, lab-down, e2e-cluster: a real cluster of LAB_NODES nodes on this machine (hack/lab/).
 include hack/lab/lab.mk

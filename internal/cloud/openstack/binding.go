@@ -21,6 +21,12 @@ const (
 	// NIC of the node the pod runs on (as Kuryr's nested mode binds pod ports). The cloud
 	// applies the port's own port security and security group to the pod's frames.
 	BindingTrunk = "trunk"
+	// BindingAddressPairs: the gateway port's address and MAC are an allowed address pair of
+	// the NIC of the node the pod runs on (moved when the pod moves), and the gateway's
+	// security group is added to that NIC: the cloud checks the pod's frames, sent through a
+	// macvlan on the node's NIC, against the node's port. For clouds or nodes without trunks
+	// (or kernels without 802.1Q VLANs).
+	BindingAddressPairs = "address-pairs"
 	// BindingNone: nothing is bound; the pod sends as the port through the node's NIC, which
 	// only a network without port security on the nodes' ports delivers.
 	BindingNone = "none"
@@ -184,9 +190,11 @@ func (o *op) unbind(ctx context.Context, port ports.Port) error {
 
 // BindUplink implements cloud.UplinkBinder: with BindingTrunk, the gateway's port becomes the
 // subport (its VLAN) of the trunk of the node's server, taken off any other trunk first, so
-// no other node's NIC carries it any more. Nothing to do with BindingNone.
+// no other node's NIC carries it any more; with BindingAddressPairs, the node's NIC gets the
+// port's address pair (and the gateway's security group), every other NIC loses it. Nothing
+// to do with BindingNone.
 func (p *Provider) BindUplink(ctx context.Context, req cloud.Request, node cloud.Node) (bool, string, error) {
-	if p.cfg.PortBinding != BindingTrunk {
+	if p.cfg.PortBinding == BindingNone {
 		return false, "", nil
 	}
 	sc, err := p.network(ctx)
@@ -201,7 +209,14 @@ func (p *Provider) BindUplink(ctx context.Context, req cloud.Request, node cloud
 	if len(list) == 0 {
 		return false, "", cloud.Transient(nil, "gateway %s has no port yet (its endpoint is being provisioned)", req)
 	}
-	port := list[0]
+	if p.cfg.PortBinding == BindingAddressPairs {
+		return o.bindPair(ctx, list[0], node)
+	}
+	return o.bindTrunk(ctx, list[0], node)
+}
+
+// bindTrunk makes port the subport of the node's trunk (BindingTrunk).
+func (o *op) bindTrunk(ctx context.Context, port ports.Port, node cloud.Node) (bool, string, error) {
 	vlan := vlanOf(port.Tags)
 	if vlan == 0 {
 		return false, "", cloud.Transient(nil, "port %s has no VLAN yet (its endpoint is being provisioned)", port.ID)
@@ -229,7 +244,7 @@ func (p *Provider) BindUplink(ctx context.Context, req cloud.Request, node cloud
 	if err != nil {
 		return false, "", o.fail(err, "adding port %s to trunk %s of node %s", port.ID, trunk.ID, node.Name)
 	}
-	log.FromContext(ctx).Info("bound the port to the node's trunk", "gateway", req.String(), "port", port.ID, "vlan", vlan, "trunk", trunk.ID, "node", node.Name)
+	log.FromContext(ctx).Info("bound the port to the node's trunk", "gateway", o.req.String(), "port", port.ID, "vlan", vlan, "trunk", trunk.ID, "node", node.Name)
 	return true, where, nil
 }
 

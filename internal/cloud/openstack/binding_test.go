@@ -2,6 +2,7 @@ package openstack_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -212,4 +213,78 @@ func TestListsFollowNeutronsPages(t *testing.T) {
 		t.Errorf("after Delete: %v left, subports %+v", got, e.subportsOf())
 	}
 	t.Logf("%d list calls followed a next page; VLANs %v", paged, vlans)
+}
+
+// pairsOn maps the name of each port but the gateways' own that has allowed address pairs or
+// the group to its pairs.
+func (e *env) pairsOn(group string) map[string][]neutronfake.AddressPair {
+	out := map[string][]neutronfake.AddressPair{}
+	for _, p := range e.fake.PortList() {
+		if strings.HasPrefix(p.Name, openstack.NamePrefix) {
+			continue
+		}
+		if len(p.AllowedAddressPairs) > 0 || slices.Contains(p.SecurityGroups, group) {
+			out[p.Name] = p.AllowedAddressPairs
+		}
+	}
+	return out
+}
+
+// With the address-pairs binding the gateway's port reaches the pod through the NIC of the
+// pod's node: that NIC gets exactly the port's address and MAC as a pair and the gateway's
+// security group, every other NIC loses them when the pod moves (a concurrent change of the
+// NIC, 412, is retried), the attachment is a macvlan with the port's MAC, and Delete leaves no
+// pair, group or port behind.
+func TestAddressPairsFollowThePod(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx()
+	p := e.provider(t, func(c *openstack.Config) { c.PortBinding = openstack.BindingAddressPairs })
+	n1, n2 := e.node(t, "1", false), e.node(t, "2", false)
+	e.baseline = e.fake.Inventory()
+
+	req := poolRequest()
+	att := ensureReady(t, ctx, p, req).Pod.NetworkAttachment
+	if !strings.Contains(att.Config, `"type":"macvlan"`) || !strings.Contains(att.Config, att.MAC) {
+		t.Errorf("attachment %s: want macvlan with the port's MAC", att.Config)
+	}
+	sg, port, _ := e.checkOne(t, req)
+	want := neutronfake.AddressPair{IPAddress: att.FixedIP, MACAddress: port.MACAddress}
+	carried := func(node string) {
+		t.Helper()
+		got := e.pairsOn(sg.ID)
+		if len(got) != 1 || len(got[node]) != 1 || got[node][0] != want {
+			t.Fatalf("pairs and group %s on %+v, want %+v on %s's NIC only", sg.ID, got, want, node)
+		}
+	}
+	if changed, msg, err := p.BindUplink(ctx, req, n1); err != nil || !changed {
+		t.Fatalf("BindUplink(node 1): changed %v, %v", changed, err)
+	} else {
+		t.Log(msg)
+	}
+	carried("1")
+	if changed, _, err := p.BindUplink(ctx, req, n1); err != nil || changed {
+		t.Errorf("binding again: changed %v, %v", changed, err)
+	}
+
+	remove := e.fake.Inject(neutronfake.Fault{Method: "PUT", Resource: neutronfake.Ports, Status: 412,
+		Body: `{"NeutronError": {"type": "RevisionNumberConstraintFailed", "message": "Constrained to 1, but current revision is 2", "detail": ""}}`})
+	_, _, err := p.BindUplink(ctx, req, n2)
+	remove()
+	if ce, ok := cloud.AsError(err); !ok || ce.Terminal {
+		t.Fatalf("412 updating the NIC: %v, want a transient error", err)
+	}
+	if changed, _, err := p.BindUplink(ctx, req, n2); err != nil || !changed {
+		t.Fatalf("BindUplink(node 2): changed %v, %v", changed, err)
+	}
+	carried("2")
+
+	if err := p.Delete(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.pairsOn(sg.ID); len(got) != 0 {
+		t.Errorf("after Delete: pairs or the group left on %+v", got)
+	}
+	if got := e.leaked(); got.Total() != 0 {
+		t.Errorf("after Delete: %v left", got)
+	}
 }

@@ -740,10 +740,17 @@ func (o *op) delete(ctx context.Context) error {
 }
 
 // deletePort deletes a port of the gateway, taking it off its trunk first (Neutron refuses
-// to delete a subport).
+// to delete a subport) and its address pair off any NIC.
 func (o *op) deletePort(ctx context.Context, port ports.Port) error {
 	if err := o.unbind(ctx, port); err != nil {
 		return err
+	}
+	if o.p.cfg.PortBinding == BindingAddressPairs && len(port.SecurityGroups) > 0 {
+		if pair, err := pairOf(port); err == nil {
+			if _, err := o.unpair(ctx, pair, port.SecurityGroups[0], ""); err != nil {
+				return err
+			}
+		}
 	}
 	id := port.ID
 	err := o.call(ctx, func(ctx context.Context) error { return ports.Delete(ctx, o.sc, id).ExtractErr() })

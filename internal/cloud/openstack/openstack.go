@@ -73,12 +73,13 @@ type Config struct {
 
 	// PortBinding is how the cloud delivers the gateway port's frames to the node its pod runs
 	// on: BindingTrunk (the default: the port a subport of the node's trunk, moved when the
-	// pod moves) or BindingNone (nothing is bound: only for networks without port security on
-	// the nodes' ports).
+	// pod moves), BindingAddressPairs (the port's address and MAC an allowed address pair of
+	// the node's NIC, moved when the pod moves) or BindingNone (nothing is bound: only for
+	// networks without port security on the nodes' ports).
 	PortBinding string
 	// NADConfigTemplate is a text/template producing the Multus NetworkAttachmentDefinition's
 	// CNI config (JSON) for a gateway's port; when empty, TrunkNADConfigTemplate (BindingTrunk)
-	// or MacvlanNADConfigTemplate (BindingNone). Its data is NADTemplateData; the function
+	// or MacvlanNADConfigTemplate (the others). Its data is NADTemplateData; the function
 	// json quotes a value as a JSON string.
 	NADConfigTemplate string
 	// NADMaster is the node interface the default template attaches to (.Master); "eth1"
@@ -173,9 +174,9 @@ func New(cfg Config) (*Provider, error) {
 	switch cfg.PortBinding {
 	case "":
 		cfg.PortBinding = BindingTrunk
-	case BindingTrunk, BindingNone:
+	case BindingTrunk, BindingAddressPairs, BindingNone:
 	default:
-		return nil, fmt.Errorf("openstack: port binding %q: must be %q or %q", cfg.PortBinding, BindingTrunk, BindingNone)
+		return nil, fmt.Errorf("openstack: port binding %q: must be %q, %q or %q", cfg.PortBinding, BindingTrunk, BindingAddressPairs, BindingNone)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -891,6 +891,9 @@ func (s *Server) neutron(r *http.Request, kind, id string, body []byte) (int, an
 	case r.Method == http.MethodPost && id == "":
 		return s.create(kind, body)
 	case r.Method == http.MethodPut && id != "":
+		if e := s.revisionMatches(kind, id, r.Header.Get("If-Match")); e != nil {
+			return 0, nil, e
+		}
 		return s.update(kind, id, body)
 	case r.Method == http.MethodDelete && id != "":
 		if apiErr := s.delete(kind, id); apiErr != nil {
@@ -899,6 +902,34 @@ func (s *Server) neutron(r *http.Request, kind, id string, body []byte) (int, an
 		return 204, nil, nil
 	}
 	return 0, nil, errf(405, "HTTPMethodNotAllowed", "%s not allowed on %s", r.Method, r.URL.Path)
+}
+
+// revisionMatches enforces an update's If-Match: revision_number=N (Neutron's compare and
+// swap): 412 when the resource has moved on.
+func (s *Server) revisionMatches(kind, id, ifMatch string) *apiError {
+	want, ok := strings.CutPrefix(ifMatch, "revision_number=")
+	if !ok {
+		return nil
+	}
+	have := -1
+	switch kind {
+	case Ports:
+		if p, ok := s.ports[id]; ok {
+			have = p.RevisionNumber
+		}
+	case SecurityGroups:
+		if g, ok := s.groups[id]; ok {
+			have = g.RevisionNumber
+		}
+	case FloatingIPs:
+		if f, ok := s.fips[id]; ok {
+			have = f.RevisionNumber
+		}
+	}
+	if have >= 0 && want != strconv.Itoa(have) {
+		return errf(412, "RevisionNumberConstraintFailed", "Constrained to %s, but current revision is %d", want, have)
+	}
+	return nil
 }
 
 func notFoundType(kind string) string {
