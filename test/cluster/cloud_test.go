@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -383,26 +384,33 @@ func test12CloudGateway(t *testing.T) {
 	cloudUplinkFollowsPod(t, port, url)
 }
 
-// trunksCarrying are the nodes whose trunks carry the port as a subport (the lab names each
-// node's NIC, a trunk's parent, after the node), with the VLAN.
-func trunksCarrying(st labcloud.State, portID string) map[string]int {
+// nicsCarrying names the nodes whose NICs carry the gateway's port (the lab names each node's
+// NIC after the node) and how: a subport of its trunk (the trunk binding) or an allowed
+// address pair (the address-pairs binding, the lab's: its kernel has no 802.1Q VLANs).
+func nicsCarrying(st labcloud.State, port neutronfake.Port) map[string]string {
 	names := map[string]string{}
 	for _, p := range st.Ports {
 		names[p.ID] = p.Name
 	}
-	out := map[string]int{}
+	out := map[string]string{}
 	for _, tr := range st.Trunks {
 		for _, s := range tr.SubPorts {
-			if s.PortID == portID {
-				out[names[tr.PortID]] = s.SegmentationID
+			if s.PortID == port.ID {
+				out[names[tr.PortID]] = fmt.Sprintf("subport VLAN %d", s.SegmentationID)
 			}
+		}
+	}
+	want := neutronfake.AddressPair{IPAddress: port.FixedIPs[0].IPAddress, MACAddress: port.MACAddress}
+	for _, p := range st.Ports {
+		if slices.Contains(p.AllowedAddressPairs, want) {
+			out[p.Name] = "address pair " + want.IPAddress + " " + want.MACAddress
 		}
 	}
 	return out
 }
 
 // cloudUplinkFollowsPod: the lab's cloud enforces port security, so the gateway's port reaches
-// its pod only as a subport of the trunk of the pod's node (the operator binds it). A frame
+// its pod only through the NIC of the pod's node that the operator bound it to. A frame
 // from an address not on the port is dropped there (counted by the cloud's port security)
 // while the port's own address is answered; the pod moved to another node takes the port's
 // binding along (nothing left on the first node's trunk) and the site is served again.
@@ -412,16 +420,16 @@ func cloudUplinkFollowsPod(t *testing.T, port neutronfake.Port, url string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bound := func(node string) int {
+	bound := func(node string) string {
 		t.Helper()
-		var carriers map[string]int
+		var carriers map[string]string
 		if err := eventually(30*time.Second, func() error {
 			st, err := cloudState()
 			if err != nil {
 				return err
 			}
-			if carriers = trunksCarrying(st, port.ID); len(carriers) != 1 || carriers[node] == 0 {
-				return fmt.Errorf("port %s is a subport on the trunks of %v, want %s's only", port.ID, carriers, node)
+			if carriers = nicsCarrying(st, port); len(carriers) != 1 || carriers[node] == "" {
+				return fmt.Errorf("port %s is carried by the NICs of %v, want %s's only", port.ID, carriers, node)
 			}
 			return nil
 		}); err != nil {
@@ -429,8 +437,8 @@ func cloudUplinkFollowsPod(t *testing.T, port neutronfake.Port, url string) {
 		}
 		return carriers[node]
 	}
-	vlan := bound(pod.Spec.NodeName)
-	t.Logf("port %s is VLAN %d on the trunk of %s, where the pod runs; net1 is a VLAN interface on that node's NIC", port.ID, vlan, pod.Spec.NodeName)
+	how := bound(pod.Spec.NodeName)
+	t.Logf("port %s is carried by the NIC of %s, where the pod runs, as its %s", port.ID, pod.Spec.NodeName, how)
 
 	gwAddr := readCloudNetworks(t).ProviderGateway
 	spoofed := func() int64 {
@@ -470,8 +478,8 @@ func cloudUplinkFollowsPod(t *testing.T, port neutronfake.Port, url string) {
 		to = labNodeName(1)
 	}
 	took := moveGateway(t, cloudGW, to, func(timeout time.Duration) error { return siteLive(cloudSite, cloudSiteIndex, url, timeout) })
-	vlan = bound(to)
-	t.Logf("gateway %s moved from %s to %s: its port is VLAN %d on %s's trunk only, and %s reaches web again %.1fs after the old pod's deletion", cloudGW, pod.Spec.NodeName, to, vlan, to, cloudSite, took.Seconds())
+	how = bound(to)
+	t.Logf("gateway %s moved from %s to %s: its port is carried by %s's NIC only (%s), and %s reaches web again %.1fs after the old pod's deletion", cloudGW, pod.Spec.NodeName, to, to, how, cloudSite, took.Seconds())
 }
 
 // routerIngress is the ingress chain the cloud's router holds for a port (its security groups'

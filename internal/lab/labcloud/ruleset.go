@@ -96,7 +96,11 @@ func Ruleset(s Snapshot, l Links) string {
 		}
 	}
 
-	var dispatch, chains []string
+	// Which port's groups filter an address, as ML2 decides it: the bound port carrying it —
+	// a fixed IP or an allowed address pair of a port with a device (a VM's NIC, a trunk's
+	// subport) — before an unbound port's own fixed IP (a port nothing carries, as the
+	// gateway's is with the address-pairs binding: its traffic passes the node's NIC).
+	var bound, unbound, chains []string
 	for i, p := range s.Ports {
 		ips := fixedIPv4(p)
 		if len(ips) == 0 {
@@ -117,13 +121,23 @@ func Ruleset(s Snapshot, l Links) string {
 				}
 			}
 		}
+		addrs := make([]string, 0, len(ips))
 		for _, ip := range ips {
-			dispatch = append(dispatch,
-				fmt.Sprintf("    oifname %q ip daddr %s jump %s", l.Provider, ip, in),
-				fmt.Sprintf("    iifname %q ip saddr %s jump %s", l.Provider, ip, out))
+			addrs = append(addrs, ip.String())
+		}
+		dispatch := &unbound
+		if p.DeviceOwner != "" {
+			dispatch = &bound
+			addrs = append(addrs, pairIPv4(p)...)
+		}
+		for _, a := range addrs {
+			*dispatch = append(*dispatch,
+				fmt.Sprintf("    oifname %q ip daddr %s jump %s", l.Provider, a, in),
+				fmt.Sprintf("    iifname %q ip saddr %s jump %s", l.Provider, a, out))
 		}
 		chains = append(chains, chainText("port "+p.ID+" ingress", in, inRules), chainText("port "+p.ID+" egress", out, outRules))
 	}
+	dispatch := append(bound, unbound...)
 	w("  chain forward {")
 	w("    type filter hook forward priority filter; policy drop;")
 	w("    ct state established,related accept")
@@ -148,6 +162,19 @@ func chainText(comment, name string, rules []string) string {
 	}
 	fmt.Fprintf(&b, "    counter drop\n  }\n")
 	return b.String()
+}
+
+// pairIPv4 are a port's IPv4 allowed address pairs (addresses or CIDRs) as nft matches them.
+func pairIPv4(p neutronfake.Port) []string {
+	var out []string
+	for _, pair := range p.AllowedAddressPairs {
+		if pfx, err := netip.ParsePrefix(pair.IPAddress); err == nil && pfx.Addr().Is4() {
+			out = append(out, pfx.Masked().String())
+		} else if a, err := netip.ParseAddr(pair.IPAddress); err == nil && a.Is4() {
+			out = append(out, a.String())
+		}
+	}
+	return out
 }
 
 func fixedIPv4(p neutronfake.Port) []netip.Addr {

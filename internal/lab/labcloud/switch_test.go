@@ -441,6 +441,72 @@ func TestSwitchCarriesTheOperatorsTrunkBinding(t *testing.T) {
 	}
 }
 
+// The operator's address-pairs binding on the lab's switch (no VLANs): the NAD the provider
+// rendered (macvlan on the node's NIC with the port's MAC and address) gives the pod frames the
+// cloud drops on the node's port until BindUplink makes the port's address and MAC a pair of
+// that NIC; then the router answers the pod and IKE to the floating IP reaches it, filtered by
+// the security groups of the port that carries it (the node's NIC, which the binding gave the
+// gateway's group, as ML2 filters an address pair by its port's groups). Delete takes the pair
+// and the group off the NIC again.
+func TestSwitchCarriesTheOperatorsAddressPairBinding(t *testing.T) {
+	for _, plugin := range []string{"macvlan", "static"} {
+		if _, err := (&labcloud.Attacher{}).Find(plugin); err != nil {
+			netns.SkipUnavailable(t, fmt.Errorf("CNI plugin %s: %v (hack/install-test-deps.sh installs containernetworking-plugins)", plugin, err))
+		}
+	}
+	p := newProvider(t)
+	bg := context.Background()
+	op := p.c.provider(t, func(cfg *openstack.Config) { cfg.NADMaster = nodeNIC; cfg.PortBinding = openstack.BindingAddressPairs })
+	req := gatewayRequest()
+	res := ensureReady(t, op, req)
+	t.Cleanup(func() { _ = op.Delete(context.Background(), req) })
+	att := res.Pod.NetworkAttachment
+
+	pod := p.vmNS("pod")
+	a := &labcloud.Attacher{CacheDir: t.TempDir(), NodeNetns: p.node.Name}
+	ref := labcloud.Pod{Namespace: req.Namespace, Name: "edge-0", UID: "pod-uid-1", ContainerID: "sandbox-edge-0", NetNS: "/run/netns/" + pod.Name}
+	if _, err := a.Add(bg, att.Config, ref); err != nil {
+		t.Fatalf("%v\nNAD: %s", err, att.Config)
+	}
+	t.Cleanup(func() { _ = a.Del(context.Background(), att.Config, ref) })
+	pod.MustRun("ip", "route", "replace", "default", "via", routerGateway, "dev", "net1")
+	before := p.counter(t, labcloud.SpoofedCounter(p.nodePort.ID))
+	if n := pings(t, pod, routerGateway, 3); n != 0 {
+		t.Fatalf("unbound, the pod's frames through the node's NIC were answered %d times", n)
+	}
+	if after := p.counter(t, labcloud.SpoofedCounter(p.nodePort.ID)); after <= before {
+		t.Fatalf("unbound, the node's port counted nothing spoofed (%d -> %d)", before, after)
+	}
+
+	node := cloud.Node{Name: p.nodePort.Name, ProviderID: "openstack:///" + p.nodePort.DeviceID}
+	if _, msg, err := op.BindUplink(bg, req, node); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Logf("BindUplink: %s", msg)
+	}
+	if err := netns.Eventually(10*time.Second, func() error {
+		if n := pings(t, pod, routerGateway, 1); n != 1 {
+			return fmt.Errorf("the router does not answer the bound pod")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	echo(pod, "udp", att.FixedIP, 500, "ike")
+	expectAnswer(t, p.client, "udp", res.PublicAddress, 500, "ike-"+clientAddr)
+	echo(pod, "udp", att.FixedIP, 501, "other")
+	expectSilence(t, p.client, "udp", res.PublicAddress, 501)
+
+	if err := op.Delete(bg, req); err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range p.c.PortList() {
+		if port.ID == p.nodePort.ID && (len(port.AllowedAddressPairs) != 0 || len(port.SecurityGroups) != 0) {
+			t.Errorf("after Delete the node's port keeps pairs %+v and groups %v", port.AllowedAddressPairs, port.SecurityGroups)
+		}
+	}
+}
+
 // TestSwitchInVM runs the switch's tests in the test VM (internal/testing/vmtest: Debian's
 // kernel, which has the 802.1Q VLAN links a trunk's subports need and some kernels lack);
 // opt-in with BNERD_VMTEST=1.
