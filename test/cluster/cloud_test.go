@@ -420,6 +420,9 @@ func cloudUplinkFollowsPod(t *testing.T, port neutronfake.Port, url string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// the port whose frames port security checks: the gateway's own as a subport, the NIC
+	// carrying its address pair otherwise
+	checkedAs := port.ID
 	bound := func(node string) string {
 		t.Helper()
 		var carriers map[string]string
@@ -430,6 +433,12 @@ func cloudUplinkFollowsPod(t *testing.T, port neutronfake.Port, url string) {
 			}
 			if carriers = nicsCarrying(st, port); len(carriers) != 1 || carriers[node] == "" {
 				return fmt.Errorf("port %s is carried by the NICs of %v, want %s's only", port.ID, carriers, node)
+			}
+			checkedAs = port.ID
+			for _, p := range st.Ports {
+				if p.Name == node && strings.HasPrefix(carriers[node], "address pair") {
+					checkedAs = p.ID
+				}
 			}
 			return nil
 		}); err != nil {
@@ -443,7 +452,7 @@ func cloudUplinkFollowsPod(t *testing.T, port neutronfake.Port, url string) {
 	gwAddr := readCloudNetworks(t).ProviderGateway
 	spoofed := func() int64 {
 		t.Helper()
-		out, err := L.run(10*time.Second, "ip", "netns", "exec", "lab-cloud", "nft", "list", "counter", "bridge", labcloud.PortSecurityTable, labcloud.SpoofedCounter(port.ID))
+		out, err := L.run(10*time.Second, "ip", "netns", "exec", "lab-cloud", "nft", "list", "counter", "bridge", labcloud.PortSecurityTable, labcloud.SpoofedCounter(checkedAs))
 		if err != nil {
 			t.Fatalf("the port's spoofed counter: %v", err)
 		}
@@ -467,7 +476,7 @@ func cloudUplinkFollowsPod(t *testing.T, port neutronfake.Port, url string) {
 	if out, err := podNetns(cloudGW, "ping", "-c", "1", "-W", "2", "-I", port.FixedIPs[0].IPAddress, gwAddr); err != nil {
 		t.Fatalf("from the port's own address the router does not answer: %v %s", err, out)
 	}
-	t.Logf("port security: from %s (on no port) the pod's frames are dropped by the cloud (%d counted), from the port's address %s the router answers", foreign, after-before, port.FixedIPs[0].IPAddress)
+	t.Logf("port security: from %s (on no port) the pod's frames are dropped by the cloud (%d counted on port %s), from the port's address %s the router answers", foreign, after-before, checkedAs, port.FixedIPs[0].IPAddress)
 
 	if labNodeCount() < 2 {
 		t.Log("one node: the move to another node is not tried")
