@@ -7,12 +7,13 @@ import (
 	"text/tabwriter"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/cloud/openstack"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/neutronfake"
 )
 
 // Leak is a cloud resource of the operator's still in the cloud.
 type Leak struct {
-	// Kind is "port", "subport", "security group" or "floating IP"; What names it (name or
-	// address and where it is attached).
+	// Kind is "port", "subport", "address pair", "security group" or "floating IP"; What
+	// names it (name or address and where it is attached).
 	Kind, ID, What string
 	// Kept: a pinned floating IP, detached — kept on purpose (never released), not a leak.
 	// A pinned address still attached, or gone (released), is listed as not kept.
@@ -26,7 +27,8 @@ func ours(name string, tags []string) bool {
 }
 
 // Leaks lists what the operator left in the cloud once its gateways are gone: its ports (and
-// where one is still a trunk's subport: on a node's NIC), security groups and floating IPs,
+// where one is still a trunk's subport or an address pair on a node's NIC, or a NIC keeps the
+// pair of a port that is gone), security groups and floating IPs,
 // and the pinned addresses (the gateways' spec.endpoint floatingIP), Kept when detached, not
 // kept when still attached or released.
 func Leaks(st State, pinned ...string) []Leak {
@@ -36,6 +38,21 @@ func Leaks(st State, pinned ...string) []Leak {
 		names[p.ID] = p.Name
 		if ours(p.Name, p.Tags) {
 			out = append(out, Leak{Kind: "port", ID: p.ID, What: p.Name})
+		}
+	}
+	byMAC := map[string]neutronfake.Port{}
+	for _, p := range st.Ports {
+		byMAC[p.MACAddress] = p
+	}
+	for _, p := range st.Ports {
+		for _, pair := range p.AllowedAddressPairs {
+			owner, exists := byMAC[pair.MACAddress]
+			switch {
+			case exists && ours(owner.Name, owner.Tags) && owner.ID != p.ID:
+				out = append(out, Leak{Kind: "address pair", ID: owner.ID, What: fmt.Sprintf("%s %s on %s", pair.IPAddress, pair.MACAddress, p.Name)})
+			case !exists:
+				out = append(out, Leak{Kind: "address pair", ID: p.ID, What: fmt.Sprintf("%s %s on %s (no port has that MAC any more)", pair.IPAddress, pair.MACAddress, p.Name)})
+			}
 		}
 	}
 	for _, p := range st.Ports {

@@ -29,3 +29,23 @@ func TestLeaksNameSubportsLeftOnTrunks(t *testing.T) {
 		t.Fatalf("want the gateway's port and its subport on lab-node-2's trunk, nothing of someone else's:\n%s", table)
 	}
 }
+
+// An address pair of a gateway's port left on a node's NIC, or one whose port is gone, is a
+// leak naming the NIC; a port's pair of its own kind (a VM's virtual IP with its own MAC) is not.
+func TestLeaksNameAddressPairsLeftOnNICs(t *testing.T) {
+	st := labcloud.State{Ports: []neutronfake.Port{
+		{ID: "p-gw", Name: openstack.NamePrefix + "uid-1", MACAddress: "fa:16:3e:00:00:01"},
+		{ID: "p-n1", Name: "lab-node", MACAddress: "fa:16:3e:00:00:11", AllowedAddressPairs: []neutronfake.AddressPair{{IPAddress: "100.100.0.5", MACAddress: "fa:16:3e:00:00:01"}}},
+		{ID: "p-n2", Name: "lab-node-2", MACAddress: "fa:16:3e:00:00:12", AllowedAddressPairs: []neutronfake.AddressPair{{IPAddress: "100.100.0.9", MACAddress: "fa:16:3e:00:00:99"}}},
+		{ID: "p-vm", Name: "vm", MACAddress: "fa:16:3e:00:00:13", AllowedAddressPairs: []neutronfake.AddressPair{{IPAddress: "100.100.0.200", MACAddress: "fa:16:3e:00:00:13"}}},
+	}}
+	table := labcloud.LeakTable(labcloud.Leaks(st))
+	for _, want := range []string{"100.100.0.5 fa:16:3e:00:00:01 on lab-node", "100.100.0.9 fa:16:3e:00:00:99 on lab-node-2 (no port has that MAC any more)"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the leak table lacks %q:\n%s", want, table)
+		}
+	}
+	if strings.Contains(table, "100.100.0.200") || strings.Contains(table, "MISSING") {
+		t.Errorf("a VM's own pair listed, or a pair called missing:\n%s", table)
+	}
+}
