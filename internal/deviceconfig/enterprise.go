@@ -134,8 +134,8 @@ func renderCiscoIOS(p *Params) (string, error) {
 	d.l("interface Tunnel%s", phTunnelNumber)
 	d.l(" description VPNPeer %s/%s", p.Namespace, p.Peer)
 	d.l(" ip unnumbered %s", phOutsideIf)
-	d.l(" ip mtu 1400")
-	d.l(" ip tcp adjust-mss 1360")
+	d.l(" ip mtu %d", p.IPsec.MTU)
+	d.l(" ip tcp adjust-mss %d", p.IPsec.MTU-40)
 	d.l(" tunnel source %s", phOutsideIf)
 	d.l(" tunnel mode ipsec ipv4")
 	d.l(" tunnel destination %s", p.GatewayAddress)
@@ -237,7 +237,7 @@ func renderCiscoASA(p *Params) (string, error) {
 	d.l(" ikev2 remote-authentication pre-shared-key %s", psk(p))
 	d.l(" ikev2 local-authentication pre-shared-key %s", psk(p))
 	d.l(" isakmp keepalive threshold %s retry 5", seconds(min(max(dpdDelay(p), 10*time.Second), time.Hour)))
-	d.l("sysopt connection tcpmss 1360")
+	d.l("sysopt connection tcpmss %d", p.IPsec.MTU-40)
 	return d.String(), nil
 }
 
@@ -384,9 +384,9 @@ func renderJunos(p *Params) (string, error) {
 		d.l("%s traffic-selector ts%d remote-ip %s", v, i+1, p.ServiceCIDR)
 	}
 	d.l("%s establish-tunnels immediately", v)
-	d.l("set interfaces st0 unit %s family inet mtu 1400", phTunnelNumber)
+	d.l("set interfaces st0 unit %s family inet mtu %d", phTunnelNumber, p.IPsec.MTU)
 	d.l("set security zones security-zone %s interfaces %s", phVPNZone, unit)
-	d.l("set security flow tcp-mss ipsec-vpn mss 1360")
+	d.l("set security flow tcp-mss ipsec-vpn mss %d", p.IPsec.MTU-40)
 	d.c("Traffic selectors install the route to %s through %s (auto route insertion);", p.ServiceCIDR, unit)
 	d.c("add security policies between your LAN zone and %s.", phVPNZone)
 	return d.String(), nil
@@ -464,7 +464,7 @@ func renderPaloAlto(p *Params) (string, error) {
 		d.l("%s dh-group no-pfs", s)
 	}
 	d.l("%s lifetime seconds %s", s, seconds(ip.ESPLifetime))
-	d.l("set network interface tunnel units %s mtu 1400", tunnel)
+	d.l("set network interface tunnel units %s mtu %d", tunnel, p.IPsec.MTU)
 	g := "set network ike gateway " + name
 	d.l("%s protocol version ikev2", g)
 	d.l("%s protocol ikev2 ike-crypto-profile %s", g, name)
@@ -487,6 +487,6 @@ func renderPaloAlto(p *Params) (string, error) {
 	d.l("set network virtual-router %s interface %s", phVRouter, tunnel)
 	d.l("set zone %s network layer3 %s", phVPNZone, tunnel)
 	d.c("Add security policies between your LAN zone and %s; MSS: set the adjust-tcp-mss of your", phVPNZone)
-	d.c("LAN interface's management profile, or of %s, to a value keeping TCP under MTU 1400.", tunnel)
+	d.c("LAN interface's management profile, or of %s, to a value keeping TCP under MTU %d.", tunnel, p.IPsec.MTU)
 	return d.String(), nil
 }

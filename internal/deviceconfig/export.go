@@ -31,6 +31,7 @@ func SheetOf(p *Params) *Sheet {
 	if ip := p.IPsec; ip != nil {
 		s.Gateway.Protocol = "ipsec"
 		s.Gateway.LocalID = p.SpecLocalID
+		s.Gateway.MTU, s.Gateway.ForceEncapsulation = p.SpecMTU, ip.ForceEncap
 		s.Peer.Address = ip.PeerAddress
 		s.Peer.ID = ip.PeerID
 		s.Peer.PSKSecret = ip.PSKSecret.Name + "/" + ip.PSKSecret.Key

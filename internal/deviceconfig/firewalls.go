@@ -93,7 +93,11 @@ func renderFortigate(p *Params) (string, error) {
 	d.l("        set dpd on-idle")
 	d.l("        set dpd-retryinterval %s", seconds(dpdDelay(p)))
 	d.l("        set dpd-retrycount %d", dpdRetries)
-	d.l("        set nattraversal enable")
+	if p.IPsec.ForceEncap {
+		d.l("        set nattraversal forced")
+	} else {
+		d.l("        set nattraversal enable")
+	}
 	d.l("        set comments %s", fortiQuote(fmt.Sprintf("VPNPeer %s/%s", p.Namespace, p.Peer)))
 	d.l("    next")
 	d.l("end")
@@ -154,8 +158,8 @@ func renderFortigate(p *Params) (string, error) {
 		d.l("        set action accept")
 		d.l("        set schedule \"always\"")
 		d.l("        set service \"ALL\"")
-		d.l("        set tcp-mss-sender 1360")
-		d.l("        set tcp-mss-receiver 1360")
+		d.l("        set tcp-mss-sender %d", p.IPsec.MTU-40)
+		d.l("        set tcp-mss-receiver %d", p.IPsec.MTU-40)
 		d.l("    next")
 	}
 	d.l("end")
@@ -296,7 +300,11 @@ func renderPfsense(p *Params) (string, error) {
 	w(2, "<pre-shared-key>%s</pre-shared-key>", xmlText(psk(p)))
 	w(2, "<authentication_method>pre_shared_key</authentication_method>")
 	w(2, "<descr>%s</descr>", xmlText(fmt.Sprintf("VPNPeer %s/%s", p.Namespace, p.Peer)))
-	w(2, "<nat_traversal>on</nat_traversal>")
+	if p.IPsec.ForceEncap {
+		w(2, "<nat_traversal>force</nat_traversal>")
+	} else {
+		w(2, "<nat_traversal>on</nat_traversal>")
+	}
 	w(2, "<mobike>off</mobike>")
 	w(2, "<startaction>start</startaction>")
 	w(2, "<closeaction>start</closeaction>")
@@ -567,7 +575,7 @@ func renderMikrotik(p *Params) (string, error) {
 		d.l("/ip firewall raw add chain=prerouting action=notrack src-address=%s dst-address=%s comment=%s", n, p.ServiceCIDR, name)
 		d.l("/ip firewall raw add chain=prerouting action=notrack src-address=%s dst-address=%s comment=%s", p.ServiceCIDR, n, name)
 	}
-	d.l("/ip firewall mangle add chain=forward action=change-mss new-mss=1360 protocol=tcp tcp-flags=syn tcp-mss=1361-65535 dst-address=%s comment=%s", p.ServiceCIDR, name)
+	d.l("/ip firewall mangle add chain=forward action=change-mss new-mss=%d protocol=tcp tcp-flags=syn tcp-mss=%d-65535 dst-address=%s comment=%s", p.IPsec.MTU-40, p.IPsec.MTU-39, p.ServiceCIDR, name)
 	return d.String(), nil
 }
 

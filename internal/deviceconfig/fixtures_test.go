@@ -62,11 +62,14 @@ func cases() []renderCase {
 		},
 		{
 			// Classic CBC + SHA-2, the gateway with an FQDN identity, the peer identified by its
-			// address, custom DPD and lifetimes; the PSK included (--include-secrets).
+			// address, custom DPD and lifetimes, NAT-T forced and a PPPoE path's MTU (1392); the
+			// PSK included (--include-secrets).
 			name: "ipsec-cbc",
 			in: Input{
 				Gateway: ipsecGateway(&vpnv1.IPsecGatewaySettings{
-					LocalID: "vpn.acme.example",
+					LocalID:            "vpn.acme.example",
+					ForceEncapsulation: true,
+					MTU:                1392,
 					IKE: vpnv1.IKESettings{
 						Version:   2,
 						Proposals: []string{"aes256-sha256-modp2048"},

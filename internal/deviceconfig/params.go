@@ -52,10 +52,12 @@ type Params struct {
 	// What only the parameter sheet export needs: the gateway's endpoint in sheet notation,
 	// its spec'd local ID, WireGuard device settings as spec'd, and the peer's
 	// authorization block (nil: none).
-	Endpoint                string
-	SpecLocalID             string
-	SpecListenPort, SpecMTU int32
-	Authorization           *vpnv1.Authorization
+	Endpoint       string
+	SpecLocalID    string
+	SpecListenPort int32
+	// SpecMTU is the spec's MTU (IPsec or WireGuard; 0 when not set).
+	SpecMTU       int32
+	Authorization *vpnv1.Authorization
 }
 
 // IPsecParams are the IKE and ESP settings, client's view.
@@ -73,6 +75,10 @@ type IPsecParams struct {
 	IKELifetime, ReauthTime, ESPLifetime time.Duration
 	// PSKSecret names the Secret holding the key.
 	PSKSecret model.SecretKeyRef
+	// MTU is the gateway's tunnel MTU (its MSS clamp is MTU-40); ForceEncap: the gateway
+	// UDP-encapsulates ESP even without a NAT.
+	MTU        int
+	ForceEncap bool
 }
 
 // WireGuardParams are the WireGuard settings, client's view.
@@ -171,7 +177,7 @@ func Resolve(in Input) (*Params, error) {
 		}
 	}
 	if gw.Spec.IPsec != nil {
-		p.SpecLocalID = gw.Spec.IPsec.LocalID
+		p.SpecLocalID, p.SpecMTU = gw.Spec.IPsec.LocalID, gw.Spec.IPsec.MTU
 	}
 	if gw.Spec.WireGuard != nil {
 		p.SpecListenPort, p.SpecMTU = gw.Spec.WireGuard.ListenPort, gw.Spec.WireGuard.MTU
@@ -198,6 +204,8 @@ func Resolve(in Input) (*Params, error) {
 			ReauthTime:  m.IPsec.ReauthTime,
 			ESPLifetime: mp.IPsec.RekeyTime,
 			PSKSecret:   mp.IPsec.PSK,
+			MTU:         m.IPsec.MTU(),
+			ForceEncap:  m.IPsec.ForceEncap,
 		}
 		for i, s := range m.IPsec.IKEProposals {
 			pr, err := ParseProposal(IKE, s)

@@ -162,9 +162,17 @@ func header(d *doc, p *Params, format string) {
 	} else {
 		d.c("This file contains the pre-shared key: keep it secret.")
 	}
-	if p.IPsec != nil {
+	if ip := p.IPsec; ip != nil {
 		d.c("MTU/MSS: ESP in UDP (NAT-T) adds up to ~73 bytes with AES-GCM and ~93 with AES-CBC/SHA-2:")
-		d.c("on a 1500-byte uplink set the tunnel MTU to 1400 and clamp TCP MSS to 1360 (PPPoE: 1392/1352).")
+		if ip.MTU == model.DefaultIPsecMTU {
+			d.c("on a 1500-byte uplink set the tunnel MTU to 1400 and clamp TCP MSS to 1360 (PPPoE: 1392/1352).")
+		} else {
+			d.c("the gateway's tunnel MTU is %d: set yours to %d and clamp TCP MSS to %d.", ip.MTU, ip.MTU, ip.MTU-40)
+		}
+		if ip.ForceEncap {
+			d.c("NAT-T is forced: the gateway sends ESP in UDP 4500 even without a NAT; allow UDP 500 and")
+			d.c("4500 to and from it and force NAT traversal (UDP encapsulation) on your device too.")
+		}
 	}
 }
 

@@ -333,7 +333,7 @@ func checkLibreswan(t *testing.T, out string) {
 	checkWithAddconn(t, out)
 	known := []string{"ikev2", "authby", "left", "leftid", "leftsubnet", "leftsubnets", "right", "rightid",
 		"rightsubnet", "ike", "esp", "pfs", "ikelifetime", "salifetime", "dpddelay", "dpdtimeout", "dpdaction",
-		"mobike", "auto"}
+		"mobike", "encapsulation", "auto"}
 	conns := 0
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for n := 1; sc.Scan(); n++ {

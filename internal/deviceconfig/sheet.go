@@ -51,9 +51,12 @@ type SheetGateway struct {
 	LocalID string `json:"localID,omitempty"`
 	// PublicAddress is informational (export); checked against a floatingIP endpoint.
 	PublicAddress string `json:"publicAddress,omitempty"`
-	// WireGuard device settings.
+	// ListenPort of the WireGuard device.
 	ListenPort int32 `json:"listenPort,omitempty"`
-	MTU        int32 `json:"mtu,omitempty"`
+	// MTU of the tunnels: the WireGuard device's; for IPsec, TCP's MSS is clamped to MTU-40.
+	MTU int32 `json:"mtu,omitempty"`
+	// ForceEncapsulation (IPsec): NAT-T forced, ESP in UDP 4500 even without a NAT.
+	ForceEncapsulation bool `json:"forceEncapsulation,omitempty"`
 }
 
 // SheetPeer is the client's device.
@@ -456,8 +459,11 @@ func (im *importer) run(s *Sheet, opts ImportOptions) {
 		if s.WireGuard != nil {
 			im.fail("wireguard", "a WireGuard section on an IPsec sheet (set gateway.protocol: wireguard)")
 		}
-		if g.ListenPort != 0 || g.MTU != 0 {
-			im.fail("gateway.listenPort", "listenPort and mtu are WireGuard settings")
+		if g.ListenPort != 0 {
+			im.fail("gateway.listenPort", "listenPort is a WireGuard setting")
+		}
+		if g.MTU != 0 && (g.MTU < 1280 || g.MTU > 9000) {
+			im.fail("gateway.mtu", "%d is not between 1280 and 9000", g.MTU)
 		}
 		ip := &vpnv1.IPsecPeer{RemoteSubnets: nets, PSKSecretRef: vpnv1.SecretKeyRef{Name: secretName, Key: secretKey}}
 		ip.Peer.Address = im.peerAddress(pr.Address)
@@ -474,11 +480,11 @@ func (im *importer) run(s *Sheet, opts ImportOptions) {
 			}
 		}
 		settings := im.ike(s.IKE)
-		if g.LocalID != "" {
+		if g.LocalID != "" || g.MTU != 0 || g.ForceEncapsulation {
 			if settings == nil {
 				settings = &vpnv1.IPsecGatewaySettings{}
 			}
-			settings.LocalID = g.LocalID
+			settings.LocalID, settings.MTU, settings.ForceEncapsulation = g.LocalID, g.MTU, g.ForceEncapsulation
 		}
 		gw.Spec.IPsec = settings
 		ip.ESP = im.esp(s.ESP, settings)
@@ -493,6 +499,9 @@ func (im *importer) run(s *Sheet, opts ImportOptions) {
 		}
 		if g.LocalID != "" {
 			im.fail("gateway.localID", "an IKE identity on a WireGuard gateway")
+		}
+		if g.ForceEncapsulation {
+			im.fail("gateway.forceEncapsulation", "an IPsec setting on a WireGuard gateway")
 		}
 		w := s.WireGuard
 		if w == nil {

@@ -306,9 +306,9 @@ func checkSameTunnel(t *testing.T, orig Input, im *Imported) {
 }
 
 // Round trip through the device configuration itself: the strongSwan client config read back
-// as a sheet (its IDs, selectors, proposals, DPD and lifetimes) imports into the same tunnel.
-// The client's own address is not in a client config (it may sit behind NAT), so it comes from
-// the original.
+// as a sheet (its IDs, selectors, proposals, DPD, lifetimes and forced encapsulation) imports
+// into the same tunnel. The client's own address is not in a client config (it may sit behind
+// NAT), nor the tunnel MTU (a comment there), so they come from the original.
 func TestRoundTripStrongSwan(t *testing.T) {
 	for _, tc := range cases() {
 		t.Run(tc.name, func(t *testing.T) {
@@ -328,8 +328,13 @@ func TestRoundTripStrongSwan(t *testing.T) {
 			for _, x := range children {
 				nets = append(nets, swanconf.SplitList(get(x, "local_ts"))...)
 			}
+			var mtu int32
+			if gs := tc.in.Gateway.Spec.IPsec; gs != nil {
+				mtu = gs.MTU
+			}
 			s := &Sheet{
-				Gateway: SheetGateway{Name: tc.in.Gateway.Name, Namespace: tc.in.Gateway.Namespace, Endpoint: "loadBalancer"},
+				Gateway: SheetGateway{Name: tc.in.Gateway.Name, Namespace: tc.in.Gateway.Namespace, Endpoint: "loadBalancer",
+					MTU: mtu, ForceEncapsulation: get(c, "encap") == "yes"},
 				Peer: SheetPeer{
 					Name:           tc.in.Peer.Name,
 					Address:        tc.in.Peer.Spec.IPsec.Peer.Address,

@@ -70,6 +70,9 @@ func renderStrongSwan(p *Params) (string, error) {
 	d.l("        remote_addrs = %s", p.GatewayAddress)
 	d.l("        proposals = %s", strings.Join(proposalStrings(IKE, ip.IKE), ", "))
 	d.l("        mobike = no")
+	if ip.ForceEncap {
+		d.l("        encap = yes")
+	}
 	d.l("        dpd_delay = %s", swanDuration(dpdDelay(p)))
 	d.l("        rekey_time = %s", swanDuration(ip.IKELifetime))
 	if ip.ReauthTime > 0 {
@@ -224,6 +227,9 @@ func renderLibreswan(p *Params) (string, error) {
 	d.l("\tdpdtimeout=%s", seconds(dpdDelay(p)*dpdRetries))
 	d.l("\tdpdaction=restart")
 	d.l("\tmobike=no")
+	if p.IPsec.ForceEncap {
+		d.l("\tencapsulation=yes")
+	}
 	d.l("\tauto=start")
 	d.blank()
 	d.c("/etc/ipsec.d/%s.secrets:", name)

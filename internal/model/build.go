@@ -327,6 +327,14 @@ func buildIPsecGateway(s *vpnv1.IPsecGatewaySettings, errs *errList) *IPsecGatew
 		return out
 	}
 	out.LocalID = s.LocalID
+	out.ForceEncap = s.ForceEncapsulation
+	switch {
+	case s.MTU == 0:
+	case s.MTU < 1280 || s.MTU > 9000:
+		errs.add(ReasonInvalidSpec, "spec.ipsec.mtu", "MTU %d is not between 1280 and 9000", s.MTU)
+	default:
+		out.TunnelMTU = s.MTU
+	}
 	if s.LocalID != "" {
 		if _, err := CanonicalID(s.LocalID); err != nil {
 			errs.add(ReasonInvalidSpec, "spec.ipsec.localID", "%v: the gateway must present one identity its peers can match", err)

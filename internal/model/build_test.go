@@ -134,13 +134,15 @@ func TestBuildIPsecSettings(t *testing.T) {
 			RekeyTime:  &metav1.Duration{Duration: time.Hour},
 			ReauthTime: &metav1.Duration{Duration: 8 * time.Hour},
 		},
+		ForceEncapsulation: true,
+		MTU:                1392,
 	}
 	gw, errs := Build(in)
 	if errs != nil {
 		t.Fatal(errs)
 	}
 	want := &IPsecGateway{IKEVersion: 1, IKEProposals: []string{"aes128-sha1-modp1024"}, LocalID: "gw.example.net",
-		DPDDelay: 10 * time.Second, DPDAction: "clear", RekeyTime: time.Hour, ReauthTime: 8 * time.Hour}
+		DPDDelay: 10 * time.Second, DPDAction: "clear", RekeyTime: time.Hour, ReauthTime: 8 * time.Hour, ForceEncap: true, TunnelMTU: 1392}
 	if !reflect.DeepEqual(gw.IPsec, want) {
 		t.Errorf("ipsec %+v", gw.IPsec)
 	}
@@ -156,7 +158,7 @@ func TestBuildIPsecSettings(t *testing.T) {
 	if errs != nil {
 		t.Fatal(errs)
 	}
-	if gw.IPsec.DPDDelay != 30*time.Second || gw.IPsec.DPDAction != "restart" || gw.IPsec.IKEVersion != 2 {
+	if gw.IPsec.DPDDelay != 30*time.Second || gw.IPsec.DPDAction != "restart" || gw.IPsec.IKEVersion != 2 || gw.IPsec.MTU() != DefaultIPsecMTU || gw.IPsec.ForceEncap {
 		t.Errorf("defaults not applied: %+v", gw.IPsec)
 	}
 }
@@ -308,6 +310,9 @@ func TestBuildErrors(t *testing.T) {
 				Version: 3, DPD: &vpnv1.DPDSettings{Action: "hold"}, RekeyTime: &metav1.Duration{Duration: -time.Second}}}
 		}, []wantErr{{ReasonInvalidSpec, "spec.ipsec.ike.version"}, {ReasonInvalidSpec, "spec.ipsec.ike.dpd.action"},
 			{ReasonInvalidSpec, "spec.ipsec.ike.rekeyTime"}}},
+		{"IPsec MTU below 1280", func(in *Input) {
+			in.Gateway.Spec.IPsec = &vpnv1.IPsecGatewaySettings{MTU: 576}
+		}, []wantErr{{ReasonInvalidSpec, "spec.ipsec.mtu"}}},
 		{"bad wireguard settings", func(in *Input) {
 			in.Gateway.Spec.Protocol = vpnv1.ProtocolWireGuard
 			in.Gateway.Spec.WireGuard = &vpnv1.WireGuardGatewaySettings{ListenPort: 70000, MTU: 100,

@@ -224,6 +224,23 @@ type IPsecGateway struct {
 	DPDAction    string        `json:"dpdAction"`
 	RekeyTime    time.Duration `json:"rekeyTime"`
 	ReauthTime   time.Duration `json:"reauthTime"`
+	// ForceEncap UDP-encapsulates ESP even without a NAT (spec.ipsec.forceEncapsulation).
+	ForceEncap bool `json:"forceEncap,omitempty"`
+	// TunnelMTU clamps the MSS of TCP through the tunnels to TunnelMTU-40; 0 means
+	// DefaultIPsecMTU.
+	TunnelMTU int32 `json:"tunnelMTU,omitempty"`
+}
+
+// DefaultIPsecMTU is an IPsec gateway's tunnel MTU unless spec.ipsec.mtu says otherwise: a
+// 1500-byte path carrying ESP in UDP.
+const DefaultIPsecMTU = 1400
+
+// MTU is the gateway's tunnel MTU (TunnelMTU or DefaultIPsecMTU).
+func (g *IPsecGateway) MTU() int {
+	if g == nil || g.TunnelMTU == 0 {
+		return DefaultIPsecMTU
+	}
+	return int(g.TunnelMTU)
 }
 
 // WireGuardGateway holds device settings with defaults applied.

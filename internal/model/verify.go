@@ -43,6 +43,9 @@ func Verify(g *Gateway) error {
 	if g.Kind != "" && (g.Kind != KindIPsecGateway || g.Protocol != ProtocolIPsec) {
 		bad("kind %q with protocol %q: only an ipsec gateway may come from an %s", g.Kind, g.Protocol, KindIPsecGateway)
 	}
+	if g.IPsec != nil && g.IPsec.TunnelMTU != 0 && (g.IPsec.TunnelMTU < 1280 || g.IPsec.TunnelMTU > 9000) {
+		bad("IPsec tunnel MTU %d is not between 1280 and 9000", g.IPsec.TunnelMTU)
+	}
 	sc := g.ServiceCIDR
 	if !sc.IsValid() || !sc.Addr().Is4() || sc.Masked() != sc || !CGNATRange.Contains(sc.Addr()) || sc.Bits() < 16 || sc.Bits() > 28 {
 		bad("service CIDR %s is not a /16../28 network inside %s", sc, CGNATRange)

@@ -57,7 +57,8 @@ func Render(gw *model.Gateway, opts Options) (*Bundle, error) {
 	var err error
 	switch gw.Protocol {
 	case model.ProtocolIPsec:
-		if b.StrongSwan, err = strongswan.Render(gw, strongswan.Options{Reqids: !opts.UserspaceDataplane}); err != nil {
+		ss := strongswan.Options{Reqids: !opts.UserspaceDataplane, ForceEncap: gw.IPsec != nil && gw.IPsec.ForceEncap}
+		if b.StrongSwan, err = strongswan.Render(gw, ss); err != nil {
 			return nil, fmt.Errorf("strongSwan configuration: %w", err)
 		}
 	case model.ProtocolWireGuard:

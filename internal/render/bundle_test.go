@@ -19,9 +19,9 @@ func webGateway(mods ...gen.GatewayMod) *vpnv1.VPNGateway {
 		gen.LoadBalancer(vpnv1.LoadBalancerEndpoint{}), gen.Exposure("web", "198.51.100.80", gen.Port(443))}, mods...)...)
 }
 
-func builtGateway(t *testing.T) *model.Gateway {
+func builtGateway(t *testing.T, mods ...gen.GatewayMod) *model.Gateway {
 	t.Helper()
-	gw := webGateway()
+	gw := webGateway(mods...)
 	peers := []vpnv1.VPNPeer{*gen.VPNPeer("t", "hq", gen.UID("p"), gen.RemoteSubnets("10.20.0.0/16"))}
 	m, errs := model.Build(model.Input{Gateway: gw, Peers: peers, Config: model.Config{PoolCIDR: model.DefaultPoolCIDR},
 		ServiceCIDR: netip.MustParsePrefix("100.64.1.0/24"), PublicAddress: "192.0.2.1"})
@@ -107,4 +107,53 @@ func keys(m map[string]string) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// spec.ipsec.forceEncapsulation and spec.ipsec.mtu reach the dataplane the agent renders from
+// the ConfigMap: charon's connection forces UDP encapsulation, the ruleset clamps TCP's MSS to
+// the MTU less 40; without them, NAT detection decides and the clamp is 1360 (MTU 1400), and
+// the model carries neither field (an agent of an older release reads it unchanged).
+func TestIPsecKnobsReachTheDataplane(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		mods      []gen.GatewayMod
+		encap     bool
+		mss       string
+		modelKeys []string
+	}{
+		{"defaults", nil, false, "maxseg size set 1360", nil},
+		{"forced encapsulation, MTU 1300", []gen.GatewayMod{gen.ForceEncapsulation(), gen.IPsecMTU(1300)}, true, "maxseg size set 1260", []string{`"forceEncap": true`, `"tunnelMTU": 1300`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := render.Render(builtGateway(t, tc.mods...), render.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := b.ConfigMapData()
+			if err != nil {
+				t.Fatal(err)
+			}
+			agent, err := render.FromConfigMapData(data, render.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn := agent.StrongSwan.Connections[0]
+			if got := conn.IKE.Encap != nil && *conn.IKE.Encap; got != tc.encap {
+				t.Errorf("charon's encap %v, want %v", got, tc.encap)
+			}
+			if !strings.Contains(agent.Ruleset, tc.mss) {
+				t.Errorf("the ruleset lacks %q", tc.mss)
+			}
+			for _, k := range []string{"forceEncap", "tunnelMTU"} {
+				if want := len(tc.modelKeys) > 0; strings.Contains(data[render.KeyModel], k) != want {
+					t.Errorf("the model carries %s: %v, want %v", k, !want, want)
+				}
+			}
+			for _, k := range tc.modelKeys {
+				if !strings.Contains(data[render.KeyModel], k) {
+					t.Errorf("the model lacks %s", k)
+				}
+			}
+		})
+	}
 }

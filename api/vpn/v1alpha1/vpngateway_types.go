@@ -216,6 +216,18 @@ type IPsecGatewaySettings struct {
 	// +kubebuilder:validation:XValidation:rule="self.contains('=') || self.contains('@') || !self.contains('-') || !isIP(self.split('-', 2)[0])",message="localID names an address range: an address followed by '-' is not one identity"
 	// +optional
 	LocalID string `json:"localID,omitempty"`
+	// ForceEncapsulation UDP-encapsulates ESP (port 4500) even when no NAT is detected, for
+	// paths that drop ESP (IP protocol 50): the gateway pretends to be behind a NAT, so both
+	// ends send ESP in UDP.
+	// +optional
+	ForceEncapsulation bool `json:"forceEncapsulation,omitempty"`
+	// MTU of the tunnels: TCP connections through them have their MSS clamped to MTU-40.
+	// Default 1400 (a 1500-byte path carrying ESP in UDP); lower it for paths with a smaller
+	// MTU (PPPoE: 1392).
+	// +kubebuilder:validation:Minimum=1280
+	// +kubebuilder:validation:Maximum=9000
+	// +optional
+	MTU int32 `json:"mtu,omitempty"`
 }
 
 // IKESettings are IKE SA parameters.

@@ -110,7 +110,7 @@ const (
 	// DefaultClusterInterface is the pod's cluster-facing interface.
 	DefaultClusterInterface = "eth0"
 	// DefaultIPsecMTU is the MTU assumed for an IPsec tunnel (kernel-libipsec's TUN default).
-	DefaultIPsecMTU = 1400
+	DefaultIPsecMTU = model.DefaultIPsecMTU
 )
 
 // Options are what the model does not know: the pod's interfaces and the tunnel MTU.
@@ -131,7 +131,8 @@ type Options struct {
 
 // DefaultOptions are the options for a gateway pod as the operator runs it: "eth0" toward the
 // cluster; WireGuardDevice (wg0 in a pod network) with the gateway's MTU for WireGuard; for IPsec "ipsec0" when the dataplane is
-// userspace (kernel-libipsec), else kernel ESP, with DefaultIPsecMTU.
+// userspace (kernel-libipsec), else kernel ESP, with the gateway's tunnel MTU (spec.ipsec.mtu,
+// DefaultIPsecMTU unless set).
 func DefaultOptions(g *model.Gateway, userspaceDataplane bool) Options {
 	o := Options{ClusterInterface: DefaultClusterInterface, TunnelMTU: DefaultIPsecMTU}
 	switch {
@@ -142,6 +143,9 @@ func DefaultOptions(g *model.Gateway, userspaceDataplane bool) Options {
 		}
 	case userspaceDataplane:
 		o.TunnelInterface = LibipsecInterface
+	}
+	if g != nil && g.Protocol == model.ProtocolIPsec {
+		o.TunnelMTU = g.IPsec.MTU()
 	}
 	return o
 }

@@ -123,6 +123,16 @@ func DPDDelay(d time.Duration) GatewayFunc {
 	}
 }
 
+// ForceEncapsulation makes the IPsec gateway UDP-encapsulate ESP even without a NAT.
+func ForceEncapsulation() GatewayFunc {
+	return func(g *vpnv1.VPNGateway) { ipsecSettings(g).ForceEncapsulation = true }
+}
+
+// IPsecMTU sets the IPsec gateway's tunnel MTU (the MSS clamp is MTU-40).
+func IPsecMTU(mtu int32) GatewayFunc {
+	return func(g *vpnv1.VPNGateway) { ipsecSettings(g).MTU = mtu }
+}
+
 func wireGuardSettings(g *vpnv1.VPNGateway) *vpnv1.WireGuardGatewaySettings {
 	g.Spec.Protocol = vpnv1.ProtocolWireGuard
 	if g.Spec.WireGuard == nil {

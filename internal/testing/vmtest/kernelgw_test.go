@@ -357,6 +357,36 @@ func (g *kernelGW) counter(name string) int {
 // drops is how many packets from the peer's subnets the ruleset dropped.
 func (g *kernelGW) drops(peer string) int { return peerDropsIn(g.t, g.node, g.m, peer) }
 
+// TestGuestKernelForcedEncapsulation: spec.ipsec.forceEncapsulation and spec.ipsec.mtu on the
+// kernel dataplane, no NAT between the site and the gateway: the kernel's SAs are ESP in UDP
+// (encap espinudp, port 4500) although nothing translates, the site (its configuration
+// unchanged) reaches its exposure, and the ruleset clamps TCP's MSS to the MTU less 40.
+func TestGuestKernelForcedEncapsulation(t *testing.T) {
+	vmtest.SkipUnlessGuest(t)
+	charontest.Skip(t, "nft")
+	g := newKernelGW(t)
+	a := g.addSite("a", 0, []string{"web"}, nil)
+	g.in.Gateway.Spec.IPsec.ForceEncapsulation = true
+	g.in.Gateway.Spec.IPsec.MTU = 1300
+	g.publish()
+	g.charon = charontest.Start(t, g.node, "gw", charontest.Config{Plugins: imageKernelPlugins(t),
+		Extra: fmt.Sprintf("plugins {\n    kernel-netlink {\n      fwmark = %#x/%#x\n    }\n  }", nft.RouteMark, nft.RouteMark)})
+	g.startAgent(true)
+	g.connect(a)
+	states := g.node.MustRun("ip", "xfrm", "state")
+	if !strings.Contains(states, "encap type espinudp sport 4500 dport 4500") {
+		t.Fatalf("the kernel's SAs are not ESP in UDP on port 4500:\n%s", states)
+	}
+	web := netip.AddrPortFrom(g.vip("web"), 80).String()
+	if err := request(a.ns, "tcp", a.addr, web, 5*time.Second); err != nil {
+		t.Fatalf("site a -> %s through the UDP-encapsulated tunnel: %v", web, err)
+	}
+	if ruleset := g.node.MustRun("nft", "list", "table", "ip", nft.Table); !strings.Contains(ruleset, "maxseg size set 1260") {
+		t.Errorf("the ruleset does not clamp TCP's MSS to 1260:\n%s", ruleset)
+	}
+	t.Logf("forced encapsulation without a NAT: kernel SAs espinudp 4500/4500, site a -> %s answered, MSS clamped to 1260", web)
+}
+
 // TestGuestKernelIPsecGateway: two IPsec peers with different grants on one host-network
 // gateway in kernel mode, then a live peer change, an agent restart, a spoofed inner source and
 // the teardown beside a foreign IPsec user. The subtests share the gateway and run in order.
@@ -382,6 +412,9 @@ func TestGuestKernelIPsecGateway(t *testing.T) {
 		states := g.node.MustRun("ip", "xfrm", "state")
 		if !strings.Contains(states, "rfc4106(gcm(aes))") {
 			t.Errorf("no kernel AES-GCM SA:\n%s", states)
+		}
+		if strings.Contains(states, "espinudp") {
+			t.Errorf("without a NAT and without spec.ipsec.forceEncapsulation the SAs are UDP-encapsulated:\n%s", states)
 		}
 		if _, err := g.node.Run("ip", "link", "show", nft.LibipsecInterface); err == nil {
 			t.Errorf("%s exists: kernel-libipsec is loaded", nft.LibipsecInterface)
