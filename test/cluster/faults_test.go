@@ -175,11 +175,43 @@ func sitesLive(t *testing.T) {
 	}
 }
 
+// steadySpan is how long the sites must be served without a failure before a fault's probes
+// start.
+const steadySpan = 3 * time.Second
+
+// sitesSteady waits until every site has reached its URL without a failure for span: a
+// fault's measurement starts from a steady path, not in the aftermath of the previous fault
+// (a node just back, its endpoints and routes still settling), whose losses are not this
+// fault's.
+func sitesSteady(t *testing.T, sites []faultSite, span time.Duration) {
+	t.Helper()
+	for _, s := range sites {
+		var since time.Time
+		err := eventually(90*time.Second, func() error {
+			if _, err := L.curlFrom(s.name, s.index, 1, s.url()); err != nil {
+				since = time.Time{}
+				return err
+			}
+			if since.IsZero() {
+				since = time.Now()
+			}
+			if d := time.Since(since); d < span {
+				return fmt.Errorf("served for %.1fs of %s", d.Seconds(), span)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s is not served steadily before the fault: %v", s.name, err)
+		}
+	}
+}
+
 // withProbes runs a fault with both sites probing (2 s before, 3 s after it), prints each
 // site's outage and asserts its goal.
 func withProbes(t *testing.T, fault string, sites []faultSite, f func(t *testing.T)) {
 	t.Helper()
 	sitesLive(t)
+	sitesSteady(t, sites, steadySpan)
 	var ps []*prober
 	for _, s := range sites {
 		ps = append(ps, startProber(s.name, s.index, s.url()))

@@ -298,6 +298,7 @@ func withNodeFaultProbed(t *testing.T, node, fault, undo string, during func(), 
 			t.Fatalf("%s before the fault: %v", s.name, err)
 		}
 	}
+	sitesSteady(t, sites, steadySpan)
 	for _, s := range sites {
 		probes = append(probes, startProber(s.name, s.index, s.url()))
 	}
