@@ -75,17 +75,9 @@ func (o *op) ensureVLAN(ctx context.Context, port *ports.Port) (int, error) {
 	}
 	o.p.vlanMu.Lock()
 	defer o.p.vlanMu.Unlock()
-	var all []ports.Port
-	err := o.call(ctx, func(ctx context.Context) error {
-		pages, err := ports.List(o.sc, ports.ListOpts{NetworkID: o.p.cfg.NetworkID}).AllPages(ctx)
-		if err != nil {
-			return err
-		}
-		all, err = ports.ExtractPorts(pages)
-		return err
-	})
+	all, err := o.networkPorts(ctx, ports.ListOpts{})
 	if err != nil {
-		return 0, o.fail(err, "listing the ports of network %s (choosing a VLAN)", o.p.cfg.NetworkID)
+		return 0, err
 	}
 	used := map[int]bool{}
 	for _, p := range all {
@@ -130,17 +122,9 @@ func (o *op) nodeTrunk(ctx context.Context, node cloud.Node) (*trunks.Trunk, err
 	if err != nil {
 		return nil, err
 	}
-	var nics []ports.Port
-	err = o.call(ctx, func(ctx context.Context) error {
-		pages, err := ports.List(o.sc, ports.ListOpts{NetworkID: o.p.cfg.NetworkID, DeviceID: server}).AllPages(ctx)
-		if err != nil {
-			return err
-		}
-		nics, err = ports.ExtractPorts(pages)
-		return err
-	})
+	nics, err := o.networkPorts(ctx, ports.ListOpts{DeviceID: server})
 	if err != nil {
-		return nil, o.fail(err, "listing the ports of node %s (server %s)", node.Name, server)
+		return nil, err
 	}
 	if len(nics) == 0 {
 		return nil, cloud.Terminalf(cloud.ReasonNotFound, o.p.cfg.SlowRetry, "node %s (server %s) has no port on network %s", node.Name, server, o.p.cfg.NetworkID)
