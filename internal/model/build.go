@@ -128,6 +128,7 @@ func Build(in Input) (*Gateway, []Error) {
 	}
 
 	out.Endpoint = buildEndpoint(gw.Spec.Endpoint, &errs)
+	out.Standby = StandbyOf(in.Kind, gw, in.Config)
 
 	cidrOK := buildServiceCIDR(gw, in.ServiceCIDR, out, &errs)
 
@@ -202,6 +203,21 @@ func Build(in Input) (*Gateway, []Error) {
 		})
 	}
 	return out, nil
+}
+
+// StandbyOf is whether a gateway runs a standby pod: its spec.availability.standby, or the
+// install's default (Config.Standby) when that is unset. Only a VPNGateway with a
+// loadBalancer endpoint has one: a host-network gateway's address is its node's, and a
+// floating IP does not follow the active pod yet (admission refuses spec.availability.standby
+// for both; the install's default does not apply to them). A legacy IPsecGateway has none.
+func StandbyOf(kind string, gw *vpnv1.VPNGateway, cfg Config) bool {
+	if kind != "" || gw.Spec.Endpoint.LoadBalancer == nil {
+		return false
+	}
+	if a := gw.Spec.Availability; a != nil && a.Standby != nil {
+		return *a.Standby
+	}
+	return cfg.Standby
 }
 
 // Authorize decides every peer's Authorized condition from the gateway spec, its peers and

@@ -28,6 +28,9 @@ type Config struct {
 	// AllowedTargetCIDRs, when set, are the only ranges exposure targets may lie in (the
 	// cluster admin's allow-list); empty allows every range not otherwise refused.
 	AllowedTargetCIDRs []netip.Prefix
+	// Standby is the install's default for a VPNGateway's spec.availability.standby
+	// (--gateway-standby): whether gateways that leave it unset run a standby pod.
+	Standby bool
 }
 
 // CGNATRange is the only range service CIDRs and the pool may come from.
@@ -116,6 +119,9 @@ type Gateway struct {
 	// Uplink is the pod's second NIC carrying the tunnels (a cloud port), nil when the
 	// tunnels use the pod's own interface.
 	Uplink *Uplink `json:"uplink,omitempty"`
+	// Standby: the gateway runs two pods, one active and one standby ready to take over
+	// (StandbyOf).
+	Standby bool `json:"standby,omitempty"`
 
 	// ServiceCIDR is the client's view of us (IPsec local_ts in snat mode).
 	ServiceCIDR netip.Prefix `json:"serviceCIDR"`

@@ -12,6 +12,8 @@ import (
 // +kubebuilder:validation:XValidation:rule="self.protocol != 'ipsec' || !has(self.wireguard)",message="wireguard settings are not allowed on an ipsec gateway",fieldPath=".wireguard"
 // +kubebuilder:validation:XValidation:rule="self.protocol != 'wireguard' || !has(self.ipsec)",message="ipsec settings are not allowed on a wireguard gateway",fieldPath=".ipsec"
 // +kubebuilder:validation:XValidation:rule="!has(self.exposures) || !has(self.reverseExposures) || self.exposures.all(e, self.reverseExposures.all(r, r.name != e.name))",message="exposure and reverse exposure names must be distinct",fieldPath=".reverseExposures"
+// +kubebuilder:validation:XValidation:rule="!has(self.availability) || !has(self.availability.standby) || !self.availability.standby || !has(self.endpoint.hostNetwork)",message="availability.standby: a host-network gateway cannot have a standby yet (its address cannot move to another node); use a loadBalancer endpoint",fieldPath=".availability.standby"
+// +kubebuilder:validation:XValidation:rule="!has(self.availability) || !has(self.availability.standby) || !self.availability.standby || !(has(self.endpoint.floatingIP) || has(self.endpoint.floatingIPPool))",message="availability.standby: a floating-IP gateway cannot have a standby yet (the floating IP does not follow the active pod); use a loadBalancer endpoint",fieldPath=".availability.standby"
 type VPNGatewaySpec struct {
 	// Protocol of the gateway and all its peers. Immutable: switching protocol is delete and recreate.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="protocol is immutable; delete and recreate the gateway to change it"
@@ -64,6 +66,20 @@ type VPNGatewaySpec struct {
 	// WireGuard settings (protocol wireguard).
 	// +optional
 	WireGuard *WireGuardGatewaySettings `json:"wireguard,omitempty"`
+
+	// Availability: how the gateway survives the loss of its pod.
+	// +optional
+	Availability *Availability `json:"availability,omitempty"`
+}
+
+// Availability is how a gateway survives the loss of its pod.
+type Availability struct {
+	// Standby runs a second, fully configured gateway pod on another node that takes over the
+	// tunnels within about a second when the active pod fails, and when it is stopped (a
+	// rollout, a drain). Unset: the operator's default (--gateway-standby). Needs a
+	// loadBalancer endpoint: a host-network or floating-IP gateway cannot have a standby yet.
+	// +optional
+	Standby *bool `json:"standby,omitempty"`
 }
 
 // Endpoint names exactly one source of the gateway's public address.
@@ -327,11 +343,54 @@ type VPNGatewayStatus struct {
 	// AuthorizedPeers is how many peers hold a valid grant.
 	// +optional
 	AuthorizedPeers int32 `json:"authorizedPeers,omitempty"`
+	// Availability of a gateway with a standby: which pod is active, which stand by, and the
+	// last takeover. Unset for a gateway without a standby.
+	// +optional
+	Availability *AvailabilityStatus `json:"availability,omitempty"`
 	// Conditions: Ready and its causes.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// AvailabilityStatus is the state of a gateway with a standby.
+type AvailabilityStatus struct {
+	// ActivePod is the gateway pod carrying the tunnels (the holder of the gateway's Lease);
+	// empty while none is.
+	// +optional
+	ActivePod string `json:"activePod,omitempty"`
+	// StandbyPods are the gateway's other running pods, ready to take over.
+	// +optional
+	StandbyPods []string `json:"standbyPods,omitempty"`
+	// LastTakeover is the last time a pod became active, as its agent reported it.
+	// +optional
+	LastTakeover *Takeover `json:"lastTakeover,omitempty"`
+}
+
+// Takeover reasons (Takeover.Reason).
+const (
+	TakeoverActiveGone      = "ActiveGone"
+	TakeoverActiveUnhealthy = "ActiveUnhealthy"
+	TakeoverHandedOver      = "HandedOver"
+	TakeoverInitial         = "Initial"
+)
+
+// Takeover is one pod becoming the gateway's active pod.
+type Takeover struct {
+	// Time the pod became active.
+	Time metav1.MicroTime `json:"time"`
+	// From is the pod that was active before (empty for the first).
+	// +optional
+	From string `json:"from,omitempty"`
+	// To is the pod that became active.
+	To string `json:"to"`
+	// Reason: ActiveGone (the active stopped answering and renewing), ActiveUnhealthy (its
+	// dataplane failed), HandedOver (it stopped and handed over) or Initial (no pod was active).
+	Reason string `json:"reason"`
+	// OutageMillis is how long, as the new active measured it, no pod carried the tunnels.
+	// +optional
+	OutageMillis int64 `json:"outageMillis,omitempty"`
 }
 
 // ExposureStatus is an exposure's assigned address.

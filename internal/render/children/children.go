@@ -1,6 +1,7 @@
 // Package children renders a validated gateway model into the gateway's Kubernetes children
-// (ServiceAccount, Role, RoleBinding, ConfigMap, Deployment, NetworkPolicy) as client-go apply
-// configurations, for server-side apply by the reconciler.
+// (ServiceAccount, Role, RoleBinding, ConfigMap, Deployment, NetworkPolicy; with a standby a
+// PodDisruptionBudget and a Lease) as client-go apply configurations, for server-side apply
+// by the reconciler.
 //
 // Everything here is pure: no I/O, no clocks, no randomness. The same model and options always
 // render byte-identical objects, so an unchanged gateway never produces a diff.
@@ -24,9 +25,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	coordinationv1ac "k8s.io/client-go/applyconfigurations/coordination/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
@@ -181,7 +184,8 @@ func MetricsNamespaceSelector(opts Options) *metav1.LabelSelector {
 }
 
 // Children are a gateway's rendered Kubernetes objects. All of them are always set, except
-// ReverseServices, one per reverse exposure.
+// ReverseServices, one per reverse exposure, and PodDisruptionBudget and Lease, set for a
+// gateway with a standby only.
 type Children struct {
 	ServiceAccount  *corev1ac.ServiceAccountApplyConfiguration
 	Role            *rbacv1ac.RoleApplyConfiguration
@@ -190,17 +194,29 @@ type Children struct {
 	Deployment      *appsv1ac.DeploymentApplyConfiguration
 	NetworkPolicy   *networkingv1ac.NetworkPolicyApplyConfiguration
 	ReverseServices []*corev1ac.ServiceApplyConfiguration
+	// PodDisruptionBudget keeps a drain from evicting both pods of a gateway with a standby.
+	PodDisruptionBudget *policyv1ac.PodDisruptionBudgetApplyConfiguration
+	// Lease elects the active pod of a gateway with a standby. The operator creates it; its
+	// holder and renew time are the agents' alone, so it is not applied as the other children
+	// are (see the controller).
+	Lease *coordinationv1ac.LeaseApplyConfiguration
 }
 
 // Objects returns the children in a fixed apply order: identity and permissions first, then
 // the configuration, then the workload that consumes them, then its network policy, then the
-// reverse exposures' Services.
+// reverse exposures' Services, then, with a standby, the PodDisruptionBudget and the Lease.
 func (c *Children) Objects() []runtime.ApplyConfiguration {
 	out := []runtime.ApplyConfiguration{
 		c.ServiceAccount, c.Role, c.RoleBinding, c.ConfigMap, c.Deployment, c.NetworkPolicy,
 	}
 	for _, s := range c.ReverseServices {
 		out = append(out, s)
+	}
+	if c.PodDisruptionBudget != nil {
+		out = append(out, c.PodDisruptionBudget)
+	}
+	if c.Lease != nil {
+		out = append(out, c.Lease)
 	}
 	return out
 }
@@ -309,7 +325,7 @@ func Render(gw *model.Gateway, owner metav1.OwnerReference, opts Options) (*Chil
 	if err != nil {
 		return nil, err
 	}
-	return &Children{
+	c := &Children{
 		ServiceAccount:  renderServiceAccount(gw, owner),
 		Role:            renderRole(gw, owner),
 		RoleBinding:     renderRoleBinding(gw, owner),
@@ -317,7 +333,12 @@ func Render(gw *model.Gateway, owner metav1.OwnerReference, opts Options) (*Chil
 		Deployment:      renderDeployment(gw, owner, opts),
 		NetworkPolicy:   renderNetworkPolicy(gw, owner, opts),
 		ReverseServices: renderReverseServices(gw, owner),
-	}, nil
+	}
+	if gw.Standby {
+		c.PodDisruptionBudget = renderPodDisruptionBudget(gw, owner)
+		c.Lease = renderLease(gw, owner)
+	}
+	return c, nil
 }
 
 // validate checks everything Render relies on and fills in option defaults.
@@ -379,6 +400,9 @@ func validate(gw *model.Gateway, owner metav1.OwnerReference, opts *Options) err
 
 	if gw.Endpoint.Kind == model.EndpointHostNetwork && gw.Endpoint.NodeName == "" {
 		bad("hostNetwork endpoint has no node name")
+	}
+	if gw.Standby && gw.Endpoint.Kind != model.EndpointLoadBalancer {
+		bad("a standby needs a loadBalancer endpoint, not %q", gw.Endpoint.Kind)
 	}
 	for i, p := range gw.InternalSourceCIDRs {
 		if !p.IsValid() {

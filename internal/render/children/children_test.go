@@ -109,6 +109,9 @@ func TestMetadataOwnerReferencesAndLabels(t *testing.T) {
 			for range gw.ReverseExposures {
 				wantKinds = append(wantKinds, "Service")
 			}
+			if gw.Standby {
+				wantKinds = append(wantKinds, "PodDisruptionBudget", "Lease")
+			}
 			objs := c.Objects()
 			if len(objs) != len(wantKinds) {
 				t.Fatalf("got %d children, want %d", len(objs), len(wantKinds))
@@ -127,6 +130,8 @@ func TestMetadataOwnerReferencesAndLabels(t *testing.T) {
 					wantName = gw.Name + "-gateway-config"
 				case "Service":
 					wantName = gw.Name + "-" + gw.ReverseExposures[i-6].Name
+				case "Lease":
+					wantName = gw.Name + "-gateway-active"
 				}
 				if meta.Name != wantName || meta.Namespace != gw.Namespace {
 					t.Errorf("%s: named %s/%s, want %s/%s", kind, meta.Namespace, meta.Name, gw.Namespace, wantName)
@@ -332,6 +337,9 @@ func TestRoleIsLeastPrivilege(t *testing.T) {
 					rule{"vpn.bnerd.net", "vpnpeers", []string{"get", "list", "watch"}, tc.wantPeers},
 					rule{"vpn.bnerd.net", "vpnpeers/status", []string{"patch", "update"}, tc.wantPeers})
 			}
+			if gw.Standby {
+				want = append(want, rule{"coordination.k8s.io", "leases", []string{"get", "list", "watch", "update", "patch"}, []string{gw.Name + "-gateway-active"}})
+			}
 			want = append(want, rule{"", "events", []string{"create", "patch"}, nil})
 
 			var got []rule
@@ -535,7 +543,13 @@ func TestDeploymentShape(t *testing.T) {
 			gw := tc.gw()
 			c := mustRender(t, gw, tc.opts)
 			d := c.Deployment.Spec
-			if *d.Replicas != 1 || string(*d.Strategy.Type) != "Recreate" {
+			switch {
+			case gw.Standby:
+				if *d.Replicas != 2 || string(*d.Strategy.Type) != "RollingUpdate" ||
+					d.Strategy.RollingUpdate.MaxSurge.String() != "0" || d.Strategy.RollingUpdate.MaxUnavailable.String() != "1" {
+					t.Errorf("replicas %d strategy %s %+v", *d.Replicas, *d.Strategy.Type, d.Strategy.RollingUpdate)
+				}
+			case *d.Replicas != 1 || string(*d.Strategy.Type) != "Recreate" || d.Strategy.RollingUpdate != nil:
 				t.Errorf("replicas %d strategy %s", *d.Replicas, *d.Strategy.Type)
 			}
 			wantSel := map[string]string{"app.kubernetes.io/instance": gw.Name, "vpn.bnerd.net/gateway": gw.Name}
@@ -565,8 +579,8 @@ func TestDeploymentShape(t *testing.T) {
 					t.Errorf("hostNetwork pod must not set sysctls")
 				}
 			} else {
-				if pod.HostNetwork != nil || pod.NodeName != nil || pod.DNSPolicy != nil || pod.Affinity != nil {
-					t.Errorf("pod-network pod sets hostNetwork/nodeName/dnsPolicy/affinity")
+				if pod.HostNetwork != nil || pod.NodeName != nil || pod.DNSPolicy != nil || (pod.Affinity != nil) != gw.Standby {
+					t.Errorf("pod-network pod sets hostNetwork/nodeName/dnsPolicy/affinity (or a standby's lacks its anti-affinity)")
 				}
 				s := pod.SecurityContext.Sysctls
 				if len(s) != 1 || *s[0].Name != "net.ipv4.ip_forward" || *s[0].Value != "1" {
@@ -642,8 +656,12 @@ func TestDeploymentShape(t *testing.T) {
 			if metricsPort == 0 {
 				metricsPort = DefaultMetricsPort
 			}
-			if !slices.Equal(agent.Args, append(append(append([]string{"run"}, placement...),
-				"--config-map", gw.Name+"-gateway-config", "--metrics-addr", fmt.Sprintf(":%d", metricsPort)), dataplane...)) {
+			wantArgs := append(append(append([]string{"run"}, placement...),
+				"--config-map", gw.Name+"-gateway-config", "--metrics-addr", fmt.Sprintf(":%d", metricsPort)), dataplane...)
+			if gw.Standby {
+				wantArgs = append(wantArgs, "--standby-lease="+gw.Name+"-gateway-active")
+			}
+			if !slices.Equal(agent.Args, wantArgs) {
 				t.Errorf("agent args %v", agent.Args)
 			}
 			var podNS bool
@@ -735,6 +753,9 @@ func TestNetworkPolicy(t *testing.T) {
 					case f.NamespaceSelector != nil && f.PodSelector == nil && f.NamespaceSelector.MatchExpressions == nil &&
 						reflect.DeepEqual(f.NamespaceSelector.MatchLabels, map[string]string{"kubernetes.io/metadata.name": gw.Namespace}):
 						from = append(from, "own-namespace")
+					case f.NamespaceSelector == nil && f.PodSelector != nil && f.IPBlock == nil &&
+						reflect.DeepEqual(appliedSelector(f.PodSelector), &metav1.LabelSelector{MatchLabels: SelectorLabels(gw.Name)}):
+						from = append(from, "own-pods")
 					case f.NamespaceSelector != nil && f.PodSelector == nil && gw.ReverseClientNamespaces != nil:
 						sel, err := metav1.LabelSelectorAsSelector(gw.ReverseClientNamespaces)
 						if err != nil {
@@ -778,6 +799,9 @@ func TestNetworkPolicy(t *testing.T) {
 				want = append(want, fmt.Sprintf("ports=%v from=%v", ports, from))
 			}
 			want = append(want, fmt.Sprintf("ports=[TCP/%d] from=[metrics-namespaces]", metrics))
+			if gw.Standby {
+				want = append(want, fmt.Sprintf("ports=[TCP/%d] from=[own-pods]", metrics))
+			}
 			if !slices.Equal(got, want) {
 				t.Errorf("ingress rules\n got: %q\nwant: %q", got, want)
 			}
@@ -1003,5 +1027,67 @@ func TestNodeLossToleration(t *testing.T) {
 				t.Errorf("NoExecute tolerations %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A gateway with a standby: the agent is told its Lease and its pod's name and address, and
+// the Lease's name maps back to its gateway (for either kind).
+func TestStandby(t *testing.T) {
+	gw := ipsecStandby()
+	c := mustRender(t, gw, Options{AgentImage: testAgentImage, StrongSwanImage: testStrongSwanImage})
+	var agent *corev1ac.ContainerApplyConfiguration
+	for i := range c.Deployment.Spec.Template.Spec.Containers {
+		if *c.Deployment.Spec.Template.Spec.Containers[i].Name == ContainerAgent {
+			agent = &c.Deployment.Spec.Template.Spec.Containers[i]
+		}
+	}
+	if !slices.Contains(agent.Args, "--standby-lease=acme-gateway-active") {
+		t.Errorf("agent args %v lack --standby-lease", agent.Args)
+	}
+	env := map[string]string{}
+	for _, e := range agent.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			env[*e.Name] = *e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	if env["POD_NAME"] != "metadata.name" || env["POD_IP"] != "status.podIP" {
+		t.Errorf("agent env from the downward API: %v", env)
+	}
+	terms := c.Deployment.Spec.Template.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	if len(terms) != 1 || *terms[0].TopologyKey != "kubernetes.io/hostname" || !reflect.DeepEqual(terms[0].LabelSelector.MatchLabels, SelectorLabels(gw.Name)) {
+		t.Errorf("pod anti-affinity %+v", terms)
+	}
+	if c.Lease == nil || *c.Lease.Name != "acme-gateway-active" || *c.Lease.Spec.LeaseDurationSeconds != 2 || c.Lease.Spec.HolderIdentity != nil || c.Lease.Spec.RenewTime != nil {
+		t.Errorf("lease %+v", c.Lease)
+	}
+	if p := c.PodDisruptionBudget; p == nil || p.Spec.MaxUnavailable.String() != "1" || !reflect.DeepEqual(p.Spec.Selector.MatchLabels, SelectorLabels(gw.Name)) {
+		t.Errorf("pod disruption budget %+v", p)
+	}
+
+	// Without a standby there is neither.
+	plain := mustRender(t, ipsecSingleSNAT(), Options{AgentImage: testAgentImage, StrongSwanImage: testStrongSwanImage})
+	if plain.Lease != nil || plain.PodDisruptionBudget != nil {
+		t.Error("a gateway without a standby has a Lease or a PodDisruptionBudget")
+	}
+
+	// Only a loadBalancer endpoint can have a standby.
+	hn := ipsecHostNetworkTwoPeers()
+	hn.Standby = true
+	if _, err := Render(hn, ownerOf(hn), Options{AgentImage: testAgentImage, StrongSwanImage: testStrongSwanImage}); err == nil || !strings.Contains(err.Error(), "standby needs a loadBalancer endpoint") {
+		t.Errorf("host-network gateway with a standby: %v", err)
+	}
+
+	for _, tc := range []struct {
+		kind, gateway string
+	}{{"", "acme"}, {model.KindIPsecGateway, "acme"}, {"", "acme-ipsecgw"}, {model.KindIPsecGateway, "acme-gateway"}} {
+		kind, name, ok := GatewayOfActiveLease(ActiveLeaseNameFor(tc.kind, tc.gateway))
+		if !ok || kind != tc.kind || name != tc.gateway {
+			t.Errorf("GatewayOfActiveLease(ActiveLeaseNameFor(%q, %q)) = %q, %q, %v", tc.kind, tc.gateway, kind, name, ok)
+		}
+	}
+	for _, name := range []string{"acme-gateway", "acme-active", "-gateway-active", "-ipsecgw-active", "acme-gateway-config-active"} {
+		if kind, gw, ok := GatewayOfActiveLease(name); ok {
+			t.Errorf("GatewayOfActiveLease(%q) = %q, %q", name, kind, gw)
+		}
 	}
 }

@@ -230,6 +230,9 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 			WithPort(intstr.FromString(PortMetrics))).
 			WithPeriodSeconds(ReadinessPeriodSeconds)).
 		WithVolumeMounts(configMount(), apiAccessMount())
+	if gw.Standby {
+		standbyAgent(gw, agent)
+	}
 
 	volumes := []*corev1ac.VolumeApplyConfiguration{
 		corev1ac.Volume().WithName(VolumeConfig).WithConfigMap(corev1ac.ConfigMapVolumeSource().
@@ -338,14 +341,19 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 	}
 	podSpec.WithSecurityContext(podSecurity)
 
+	spec := appsv1ac.DeploymentSpec()
+	if gw.Standby {
+		standbyDeployment(gw, spec, podSpec)
+	} else {
+		spec.WithReplicas(1).
+			// Never two gateway pods at once: they would fight over the public address and the
+			// peers' tunnels.
+			WithStrategy(appsv1ac.DeploymentStrategy().WithType(appsv1.RecreateDeploymentStrategyType))
+	}
 	return appsv1ac.Deployment(nameOf(gw), gw.Namespace).
 		WithLabels(labelsOf(gw)).
 		WithOwnerReferences(ownerRef(owner)).
-		WithSpec(appsv1ac.DeploymentSpec().
-			WithReplicas(1).
-			// Never two gateway pods at once: they would fight over the public address and the
-			// peers' tunnels.
-			WithStrategy(appsv1ac.DeploymentStrategy().WithType(appsv1.RecreateDeploymentStrategyType)).
+		WithSpec(spec.
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selectorOf(gw))).
 			WithTemplate(corev1ac.PodTemplateSpec().
 				WithLabels(labelsOf(gw)).

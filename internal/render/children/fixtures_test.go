@@ -220,6 +220,14 @@ func ipsecNoPeers() *model.Gateway {
 	}
 }
 
+// ipsecStandby: ipsecSingleSNAT behind a LoadBalancer Service, with a standby pod.
+func ipsecStandby() *model.Gateway {
+	gw := ipsecSingleSNAT()
+	gw.Endpoint = model.Endpoint{Kind: model.EndpointLoadBalancer}
+	gw.Standby = true
+	return gw
+}
+
 func renderCases() []renderCase {
 	return []renderCase{
 		{
@@ -262,6 +270,13 @@ func renderCases() []renderCase {
 					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
 				},
 			}},
+			wantSecrets: []string{"acme-hq-psk"},
+			wantPeers:   []string{"hq"},
+		},
+		{
+			name:        "ipsec-loadbalancer-standby",
+			gw:          ipsecStandby,
+			opts:        Options{AgentImage: testAgentImage, StrongSwanImage: testStrongSwanImage, OperatorNamespace: "bnerd-vpn-system"},
 			wantSecrets: []string{"acme-hq-psk"},
 			wantPeers:   []string{"hq"},
 		},

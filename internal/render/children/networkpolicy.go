@@ -18,7 +18,8 @@ import (
 //     admits exactly those pods' addresses too),
 //   - the metrics port (TCP) from the pods of the namespaces the admin selects
 //     (MetricsNamespaceSelector: by default the operator's and "monitoring"); the kubelet's
-//     probes come from the node, which NetworkPolicy implementations admit.
+//     probes come from the node, which NetworkPolicy implementations admit,
+//   - with a standby, the metrics port (TCP) from the gateway's own pods (standbyProbeRule).
 //
 // Egress is not restricted. IPsec is always UDP-encapsulated here: a gateway pod sits behind
 // NAT (floating IP or load balancer), and NetworkPolicy cannot express raw ESP anyway.
@@ -70,6 +71,9 @@ func renderNetworkPolicy(gw *model.Gateway, owner metav1.OwnerReference, opts Op
 	rules = append(rules, networkingv1ac.NetworkPolicyIngressRule().
 		WithPorts(port(tcp, opts.MetricsPort)).
 		WithFrom(networkingv1ac.NetworkPolicyPeer().WithNamespaceSelector(labelSelector(MetricsNamespaceSelector(opts)))))
+	if gw.Standby {
+		rules = append(rules, standbyProbeRule(gw, opts.MetricsPort))
+	}
 
 	return networkingv1ac.NetworkPolicy(nameOf(gw), gw.Namespace).
 		WithLabels(labelsOf(gw)).

@@ -59,6 +59,7 @@ func peerNames(gw *model.Gateway) []string {
 //   - read its own VPNGateway and its VPNPeers (by name; left out when there are no peers),
 //   - write its peers' status (by name; left out when there are no peers),
 //   - for a legacy IPsecGateway instead: read it and write its status (the tunnels' state),
+//   - with a standby: read and write the gateway's Lease (by name; standbyLeaseRule),
 //   - record events.
 //
 // list and watch with resourceNames only authorize requests scoped to one object
@@ -113,6 +114,9 @@ func renderRole(gw *model.Gateway, owner metav1.OwnerReference) *rbacv1ac.RoleAp
 				WithResourceNames(peers...).
 				WithVerbs(statusWriteVerbs...),
 		)
+	}
+	if gw.Standby {
+		rules = append(rules, standbyLeaseRule(gw))
 	}
 	// Event names are generated, so this is the one rule without resourceNames.
 	rules = append(rules, rbacv1ac.PolicyRule().
