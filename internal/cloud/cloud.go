@@ -82,6 +82,9 @@ type Request struct {
 	// PeerAddresses, when every peer's address is a fixed IP, restricts who may reach the
 	// tunnel ports; nil allows everyone.
 	PeerAddresses []netip.Addr
+	// Standby: the gateway runs an active and a standby pod (model.StandbyOf); only the
+	// active one may receive the tunnels.
+	Standby bool
 }
 
 // Validate checks the fields every provider relies on.

@@ -71,7 +71,9 @@ func modelEndpoint(ep vpnv1.Endpoint) model.Endpoint {
 // ensureEndpoint provisions the public endpoint; a transient failure is returned for retry
 // with backoff, everything else lands in the EndpointReady condition.
 func (r *GatewayReconciler) ensureEndpoint(ctx context.Context, s *gatewayScope) (time.Duration, error) {
-	res, err := r.Endpoints.Ensure(ctx, endpointRequest(s.kind, s.gw, s.peers))
+	req := endpointRequest(s.kind, s.gw, s.peers)
+	req.Standby = model.StandbyOf(s.kind, s.gw, r.Options.Model)
+	res, err := r.Endpoints.Ensure(ctx, req)
 	s.endpoint = endpointResult{publicAddress: res.PublicAddress, pod: res.Pod}
 	switch {
 	case res.Ready:

@@ -1,7 +1,8 @@
 // Package loadbalancer is the endpoint provider for any cluster with a load balancer
 // implementation: a Service of type LoadBalancer, "<gateway>-gateway-lb", selecting the
 // gateway pod on its tunnel ports (UDP 500 and 4500 for IPsec, the listen port for
-// WireGuard) with externalTrafficPolicy Local, so the pod sees the peers' real addresses.
+// WireGuard) with externalTrafficPolicy Local, so the pod sees the peers' real addresses. A
+// gateway with a standby has two pods: the Service selects the active one only.
 // The public address is the first IP in the Service's load balancer ingress status.
 //
 // The Service is server-side applied, owned by the VPNGateway (controller reference), and
@@ -100,7 +101,7 @@ func Service(req cloud.Request) *corev1ac.ServiceApplyConfiguration {
 		// WireGuard device run in containers of their own). A restarting agent must not take
 		// the gateway out of its load balancer: that would cut every tunnel for as long.
 		WithPublishNotReadyAddresses(true).
-		WithSelector(children.SelectorLabelsFor(req.Kind, req.Name))
+		WithSelector(selector(req))
 	names := map[uint16]string{cloud.IKEPort: PortIKE, cloud.NATTPort: PortNATT}
 	for _, p := range cloud.TunnelPorts(req.Protocol, req.WireGuardPort) {
 		name := names[p.Port]
@@ -128,6 +129,16 @@ func Service(req cloud.Request) *corev1ac.ServiceApplyConfiguration {
 		svc.WithAnnotations(req.Endpoint.Annotations)
 	}
 	return svc
+}
+
+// selector selects the gateway's pod; with a standby only the active one (the operator
+// labels the pod holding the gateway's Lease children.LabelRole: children.RoleActive).
+func selector(req cloud.Request) map[string]string {
+	sel := children.SelectorLabelsFor(req.Kind, req.Name)
+	if req.Standby {
+		sel[children.LabelRole] = children.RoleActive
+	}
+	return sel
 }
 
 // Ensure implements cloud.Provider.

@@ -279,3 +279,28 @@ func TestChooser(t *testing.T) {
 		t.Errorf("after DeleteAll: %v", err)
 	}
 }
+
+// A gateway with a standby: the Service selects the active pod only, and goes back to
+// selecting the gateway's pod when the standby is turned off.
+func TestStandbySelectsTheActivePod(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	req := gateway(t, ns, "acme", vpnv1.ProtocolIPsec, vpnv1.LoadBalancerEndpoint{})
+	req.Standby = true
+	p := loadbalancer.New(env.Client, loadbalancer.Config{})
+	if _, err := p.Ensure(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"app.kubernetes.io/instance": "acme", "vpn.bnerd.net/gateway": "acme", "vpn.bnerd.net/role": "active"}
+	if got := service(t, req).Spec.Selector; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("selector %v, want %v", got, want)
+	}
+	req.Standby = false
+	if _, err := p.Ensure(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, "vpn.bnerd.net/role")
+	if got := service(t, req).Spec.Selector; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("selector without a standby %v, want %v", got, want)
+	}
+}
