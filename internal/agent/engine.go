@@ -123,6 +123,13 @@ type Engine struct {
 	// Netlink is the namespace whose addresses and routing the engine sets up; nil: the
 	// agent's own.
 	Netlink *netlink.Handle
+	// Standby, when set and true, keeps the peers' tunnel state from the Reporter: the pod is
+	// a gateway's standby, whose tunnels are not the gateway's (internal/agent/availability).
+	Standby func() bool
+	// BeforeDriver, when set, runs after the ruleset and before the driver apply an update
+	// (the standby's fence follows the model's WireGuard port there); its error fails the
+	// update.
+	BeforeDriver func(ctx context.Context, m *model.Gateway) error
 
 	mu         sync.Mutex
 	bundle     *render.Bundle
@@ -175,6 +182,11 @@ func (e *Engine) Apply(ctx context.Context, u Update) error {
 		}
 		if len(skipped) > 0 {
 			e.Log.V(1).Info("ClusterLink routes left to the pod's default route", "routes", skipped)
+		}
+	}
+	if e.BeforeDriver != nil {
+		if err := e.BeforeDriver(ctx, u.Bundle.Model); err != nil {
+			return err
 		}
 	}
 	if err := e.Driver.Apply(ctx, u.Bundle, u.Secrets); err != nil {
@@ -305,7 +317,7 @@ func (e *Engine) Refresh(ctx context.Context) (Snapshot, error) {
 	e.mu.Lock()
 	e.last = snap
 	e.mu.Unlock()
-	if e.Reporter != nil {
+	if e.Reporter != nil && (e.Standby == nil || !e.Standby()) {
 		if err := e.Reporter.Report(ctx, b, snap); err != nil {
 			return snap, err
 		}

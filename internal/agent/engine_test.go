@@ -408,3 +408,43 @@ func TestEngineReappliesWhatTheDriverLost(t *testing.T) {
 		t.Errorf("%d applies, want 2", d.count())
 	}
 }
+
+// A standby reports no tunnel state (its tunnels are not the gateway's) but keeps its
+// snapshot; the fence hook runs before the driver and its error fails the update.
+func TestEngineStandbyReportsNothing(t *testing.T) {
+	d := &fakeDriver{states: map[string]PeerState{"a": {State: StateEstablished}}}
+	r := &fakeReporter{}
+	standby := true
+	var hooked []*model.Gateway
+	e := &Engine{Driver: d, Firewall: &fakeFirewall{}, Reporter: r, Log: logr.Discard(), SkipLocalAddress: true,
+		Standby: func() bool { return standby },
+		BeforeDriver: func(_ context.Context, m *model.Gateway) error {
+			hooked = append(hooked, m)
+			return nil
+		}}
+	b := bundle()
+	if err := e.Apply(context.Background(), Update{Bundle: b}); err != nil {
+		t.Fatal(err)
+	}
+	if len(hooked) != 1 || hooked[0] != b.Model {
+		t.Fatalf("BeforeDriver saw %v", hooked)
+	}
+	snap, err := e.Refresh(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.snaps) != 0 || !snap.Peers["a"].Connected() {
+		t.Fatalf("standby: %d reports, snapshot %+v", len(r.snaps), snap.Peers["a"])
+	}
+	standby = false
+	if _, err := e.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.snaps) != 1 {
+		t.Fatalf("active: %d reports, want 1", len(r.snaps))
+	}
+	e.BeforeDriver = func(context.Context, *model.Gateway) error { return errors.New("no fence") }
+	if err := e.Apply(context.Background(), Update{Bundle: bundle()}); err == nil || !strings.Contains(err.Error(), "no fence") {
+		t.Fatalf("apply with a failing hook: %v", err)
+	}
+}
