@@ -1,5 +1,6 @@
 // Package metrics exposes the gateway's per-peer tunnel and authorization figures, its
-// ruleset repairs and (kernel ESP) its spoofed-source drops, to Prometheus. Labels are names only (namespace, gateway, peer, direction):
+// ruleset repairs, (kernel ESP) its spoofed-source drops and (active/standby gateways) the
+// pod's role and takeovers, to Prometheus. Labels are names only (namespace, gateway, peer, direction):
 // never a key.
 package metrics
 
@@ -32,6 +33,19 @@ type Collector struct {
 	// Rejected is the count of configurations refused (a ConfigMap holding anything but a
 	// model that verifies); nil leaves the metric out.
 	Rejected func() uint64
+	// Availability is the pod's side of an active/standby gateway; nil (a gateway without a
+	// standby) leaves its metrics out.
+	Availability func() Availability
+}
+
+// Availability is what the active/standby metrics show.
+type Availability struct {
+	// Active: this pod carries the gateway's tunnels.
+	Active bool
+	// StandbyReady: this pod is active and its standby probed it lately.
+	StandbyReady bool
+	// Takeovers this pod made, by reason (availability.Reason*).
+	Takeovers map[string]uint64
 }
 
 var (
@@ -44,6 +58,13 @@ var (
 
 	descRejected = prometheus.NewDesc("bnerd_vpn_config_rejected_total",
 		"Gateway configurations the agent refused (anything but a model that verifies); the last good one stays applied.", gwLabels, nil)
+
+	descActive = prometheus.NewDesc("bnerd_vpn_gateway_active",
+		"1 when this gateway pod is the active one of an active/standby gateway, 0 when it is the standby.", gwLabels, nil)
+	descStandbyReady = prometheus.NewDesc("bnerd_vpn_gateway_standby_ready",
+		"1 when this gateway pod is active and its standby probed it within the last second: a takeover could happen now.", gwLabels, nil)
+	descTakeovers = prometheus.NewDesc("bnerd_vpn_gateway_takeovers_total",
+		"Times this gateway pod became the active one, by reason (Initial, ActiveGone, ActiveUnhealthy, HandedOver).", append(gwLabels[:2:2], "reason"), nil)
 
 	descSpoofed = prometheus.NewDesc("bnerd_vpn_spoofed_drops_total",
 		"Packets from the tunnel dropped because their source is not in the subnets of the peer whose SA carried them: a peer sending from another peer's or no peer's addresses (kernel ESP only).", gwLabels, nil)
@@ -64,7 +85,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descAuthorized, descBytes, descPackets, descEstab, descRekeys, descRefused, descHandshake, descDrops, descDropBytes, descRepairs, descRejected, descSpoofed, descSpoofedBytes} {
+	for _, d := range []*prometheus.Desc{descUp, descAuthorized, descBytes, descPackets, descEstab, descRekeys, descRefused, descHandshake, descDrops, descDropBytes, descRepairs, descRejected, descSpoofed, descSpoofedBytes, descActive, descStandbyReady, descTakeovers} {
 		ch <- d
 	}
 }
@@ -76,6 +97,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.Rejected != nil {
 		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(c.Rejected()), c.Namespace, c.Gateway)
+	}
+	if c.Availability != nil {
+		a := c.Availability()
+		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, b2f(a.Active), c.Namespace, c.Gateway)
+		ch <- prometheus.MustNewConstMetric(descStandbyReady, prometheus.GaugeValue, b2f(a.StandbyReady), c.Namespace, c.Gateway)
+		for reason, n := range a.Takeovers {
+			ch <- prometheus.MustNewConstMetric(descTakeovers, prometheus.CounterValue, float64(n), c.Namespace, c.Gateway, reason)
+		}
 	}
 	snap := c.Snapshot()
 	if s := snap.Spoofed; s != nil {

@@ -191,3 +191,43 @@ func TestSpoofedDropsFromTheRuleset(t *testing.T) {
 		})
 	}
 }
+
+// An active/standby gateway's pod shows its role, whether its standby is ready and its
+// takeovers by reason; a gateway without a standby shows none of them.
+func TestAvailability(t *testing.T) {
+	a := Availability{Active: true, StandbyReady: true, Takeovers: map[string]uint64{"Initial": 1, "ActiveGone": 2}}
+	c := &Collector{Namespace: "acme", Gateway: "gw", Snapshot: func() agent.Snapshot { return agent.Snapshot{} },
+		Availability: func() Availability { return a }}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.Metric {
+			key := f.GetName()
+			for _, l := range m.Label {
+				if l.GetName() == "reason" {
+					key += "{" + l.GetValue() + "}"
+				}
+			}
+			got[key] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{"bnerd_vpn_gateway_active": 1, "bnerd_vpn_gateway_standby_ready": 1,
+		"bnerd_vpn_gateway_takeovers_total{Initial}": 1, "bnerd_vpn_gateway_takeovers_total{ActiveGone}": 2}
+	if len(got) != len(want) {
+		t.Fatalf("gathered %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	c.Availability = nil
+	if fams, err := reg.Gather(); err != nil || len(fams) != 0 {
+		t.Errorf("without a standby: %v %v", fams, err)
+	}
+}
