@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent"
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/availability"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/firewall"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/metrics"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/source"
@@ -190,6 +191,7 @@ type runOptions struct {
 	render                render.Options
 	drivers               driverOptions
 	where                 placementFlags
+	standby               standbyFlags
 	// flags are the command's, to tell which were given.
 	flags *pflag.FlagSet
 }
@@ -239,6 +241,7 @@ func runCommand() *cobra.Command {
 	f.BoolVar(&o.render.UserspaceDataplane, "userspace-dataplane", false, "the gateway runs userspace ESP (kernel-libipsec) instead of kernel ESP")
 	o.drivers.bindFlags(f)
 	o.where.bind(f)
+	o.standby.bind(f)
 	o.flags = f
 	return cmd
 }
@@ -263,6 +266,7 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	var feed func(context.Context) error
 	var rejected atomic.Uint64
 	var events *status.Events
+	var cs kubernetes.Interface
 	reject := func(err error) {
 		rejected.Add(1)
 		if events != nil {
@@ -286,10 +290,11 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 			}
 			writer := &status.Writer{Client: c, Namespace: o.namespace, MinInterval: o.statusInterval}
 			reporter, lastSeen = writer, writer.LastSeen
-			cs, err := kubernetes.NewForConfig(cfg)
+			clientset, err := kubernetes.NewForConfig(cfg)
 			if err != nil {
 				return err
 			}
+			cs = clientset
 			events = status.NewEvents(cs)
 			events.Kind = o.kind
 			defer events.Stop()
@@ -309,9 +314,13 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	if events != nil {
 		engine.Events = events
 	}
+	elector, err := o.standby.elector(o, cs, events, engine, driver, log)
+	if err != nil {
+		return err
+	}
 
 	if o.metricsAddr != "" {
-		srv := metricsServer(o, engine, rejected.Load)
+		srv := metricsServer(o, engine, rejected.Load, elector)
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error(err, "metrics server")
@@ -319,10 +328,35 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 		}()
 		defer srv.Shutdown(context.Background()) //nolint:errcheck
 	}
+	// The pair's first role (fenced unless the Lease names this pod) before anything is
+	// configured: a standby's charon or device never reaches a site.
+	electorDone := make(chan struct{})
+	electorCtx, stopElector := context.WithCancel(ctx)
+	defer stopElector()
+	if elector != nil {
+		if err := elector.Start(ctx); err != nil {
+			return err
+		}
+		go func() {
+			defer close(electorDone)
+			_ = elector.Run(electorCtx)
+		}()
+	} else {
+		close(electorDone)
+	}
 	errs := make(chan error, 2)
 	go func() { errs <- feed(ctx) }()
 	go func() { errs <- engine.Run(ctx, updates) }()
 	err = <-errs
+	stopElector()
+	<-electorDone
+	if elector != nil && ctx.Err() != nil {
+		// Stopped by a signal: an active pod with a ready standby hands over and is fenced
+		// (the driver still open), while /availability still answers.
+		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		elector.Shutdown(hctx)
+		cancel()
+	}
 	closeErr := driver.Close()
 	if ctx.Err() != nil {
 		// Stopped by a signal: the pod is going (or the agent alone restarting). A host-network
@@ -336,9 +370,14 @@ func run(ctx context.Context, o runOptions, log logr.Logger) error {
 	return errors.Join(err, closeErr)
 }
 
-func metricsServer(o runOptions, e *agent.Engine, rejected func() uint64) *http.Server {
-	reg := metrics.NewRegistry(&metrics.Collector{Namespace: o.namespace, Gateway: o.gateway, Snapshot: e.Last, Repairs: e.Repairs, Rejected: rejected})
+func metricsServer(o runOptions, e *agent.Engine, rejected func() uint64, elector *availability.Elector) *http.Server {
+	c := &metrics.Collector{Namespace: o.namespace, Gateway: o.gateway, Snapshot: e.Last, Repairs: e.Repairs, Rejected: rejected}
 	mux := http.NewServeMux()
+	if elector != nil {
+		c.Availability = availabilityMetrics(elector)
+		mux.Handle("/availability", elector)
+	}
+	reg := metrics.NewRegistry(c)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

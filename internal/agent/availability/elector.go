@@ -733,3 +733,20 @@ func (e *Elector) Takeovers() map[string]uint64 {
 	}
 	return out
 }
+
+// Alive is a dataplane driver that can tell whether its daemon or device answers.
+type Alive interface {
+	Alive(ctx context.Context) error
+}
+
+// DataplaneHealth is an Elector's Healthy for an agent: a configuration is applied (ready)
+// and the driver answers.
+func DataplaneHealth(ready func() bool, driver func() any) func(ctx context.Context) bool {
+	return func(ctx context.Context) bool {
+		if !ready() {
+			return false
+		}
+		d, ok := driver().(Alive)
+		return ok && d.Alive(ctx) == nil
+	}
+}
