@@ -501,12 +501,10 @@ func restartCount(pod *corev1.Pod, container string) int32 {
 // until the kubelet restarted it and the pod is Ready again (same pod).
 func killContainer(t *testing.T, gw, container string) {
 	t.Helper()
-	id, pod := containerID(t, gw, container)
+	_, pod := containerID(t, gw, container)
 	before := restartCount(pod, container)
 	t0 := time.Now()
-	if out, err := L.run(20*time.Second, "ctr", "--address", L.state+"/containerd/containerd.sock", "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id); err != nil {
-		t.Fatalf("kill %s/%s: %v %s", pod.Name, container, err, out)
-	}
+	killPodContainer(t, pod, container)
 	err := eventually(90*time.Second, func() error {
 		var p corev1.Pod
 		if err := L.get(labNS, pod.Name, &p); err != nil {

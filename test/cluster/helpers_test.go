@@ -191,11 +191,7 @@ func (l *lab) inPodNetns(pod *corev1.Pod, container string, args ...string) (str
 			_, id, _ = strings.Cut(cs.ContainerID, "://")
 		}
 	}
-	sock := l.state + "/containerd/containerd.sock" // node 1's; node i's is under nodes/lab-node-i
-	if pod.Spec.NodeName != "" && pod.Spec.NodeName != labNodeName(1) {
-		sock = l.state + "/nodes/" + pod.Spec.NodeName + "/containerd/containerd.sock"
-	}
-	out, err := l.run(20*time.Second, "ctr", "--address", sock, "-n", "k8s.io", "tasks", "ls")
+	out, err := l.run(20*time.Second, "ctr", "--address", l.containerdSocket(pod.Spec.NodeName), "-n", "k8s.io", "tasks", "ls")
 	if err != nil {
 		return "", err
 	}
@@ -209,6 +205,15 @@ func (l *lab) inPodNetns(pod *corev1.Pod, container string, args ...string) (str
 		return "", fmt.Errorf("no task of %s/%s container %s", pod.Namespace, pod.Name, container)
 	}
 	return l.run(20*time.Second, "nsenter", append([]string{"-t", pid, "-n"}, args...)...)
+}
+
+// containerdSocket is the socket of a node's containerd: node 1's is the machine's, node i's is
+// under nodes/lab-node-i.
+func (l *lab) containerdSocket(node string) string {
+	if node != "" && node != labNodeName(1) {
+		return l.state + "/nodes/" + node + "/containerd/containerd.sock"
+	}
+	return l.state + "/containerd/containerd.sock"
 }
 
 func firstLine(s string) string {

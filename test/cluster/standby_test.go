@@ -1,0 +1,340 @@
+package cluster
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The active/standby step: the WireGuard gateway behind the lab's load balancer asks for a
+// standby, and each fault on its active pod, dataplane or node is measured from roam's probes
+// (hq probes its own gateway meanwhile: none of this may cost it a probe).
+const (
+	// labelRole marks a gateway's active pod; the gateway's Service selects only it.
+	labelRole  = "vpn.bnerd.net/role"
+	roleActive = "active"
+	// fenceTable is the table a standby's agent keeps in its pod's namespace: no tunnel traffic
+	// in or out while it is standby.
+	fenceTable = "bnerd_standby"
+
+	// the goals: an unplanned loss (a pod's dataplane, a node) and a planned switchover
+	unplannedGoal = 3 * time.Second
+	plannedGoal   = 1 * time.Second
+)
+
+// gatewayPair is a gateway's live pods: the one labelled active and the others.
+type gatewayPair struct {
+	active   *corev1.Pod
+	standbys []*corev1.Pod
+}
+
+func (p gatewayPair) String() string {
+	var b strings.Builder
+	if p.active != nil {
+		fmt.Fprintf(&b, "active %s on %s", p.active.Name, p.active.Spec.NodeName)
+	} else {
+		b.WriteString("no active")
+	}
+	for _, s := range p.standbys {
+		fmt.Fprintf(&b, ", standby %s on %s", s.Name, s.Spec.NodeName)
+	}
+	return b.String()
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// gatewayPods are a gateway's running pods that are not being deleted, split by role; more than
+// one pod labelled active is an error.
+func gatewayPods(gw string) (gatewayPair, error) {
+	c, cancel := ctx(20 * time.Second)
+	defer cancel()
+	var pods corev1.PodList
+	if err := L.c.List(c, &pods, client.InNamespace(labNS), client.MatchingLabels{gatewayKey: gw}); err != nil {
+		return gatewayPair{}, err
+	}
+	var out gatewayPair
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			continue
+		}
+		if p.Labels[labelRole] != roleActive {
+			out.standbys = append(out.standbys, p)
+			continue
+		}
+		if out.active != nil {
+			return out, fmt.Errorf("two pods of %s labelled active: %s and %s", gw, out.active.Name, p.Name)
+		}
+		out.active = p
+	}
+	return out, nil
+}
+
+// activeLease is the Lease the gateway's agents elect their active with.
+func activeLease(gw string) (*coordinationv1.Lease, error) {
+	var l coordinationv1.Lease
+	if err := L.get(labNS, gw+"-gateway-active", &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+func leaseHolderOf(gw string) string {
+	l, err := activeLease(gw)
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// pairReady waits until the gateway has one Ready active pod, holding its Lease, and one Ready
+// standby on another node, fenced; it returns them.
+func pairReady(gw string, timeout time.Duration) (gatewayPair, error) {
+	var pair gatewayPair
+	err := eventually(timeout, func() error {
+		var err error
+		if pair, err = gatewayPods(gw); err != nil {
+			return err
+		}
+		switch {
+		case pair.active == nil || len(pair.standbys) != 1:
+			return fmt.Errorf("not one active and one standby: %s", pair)
+		case !podReady(pair.active) || !podReady(pair.standbys[0]):
+			return fmt.Errorf("not both Ready: %s", pair)
+		case pair.active.Spec.NodeName == pair.standbys[0].Spec.NodeName:
+			return fmt.Errorf("both on one node: %s", pair)
+		}
+		if h := leaseHolderOf(gw); h != pair.active.Name {
+			return fmt.Errorf("the Lease names %q, the label %s", h, pair.active.Name)
+		}
+		return fencedAsItsRole(pair)
+	})
+	return pair, err
+}
+
+// fencedAsItsRole checks the fence in each pod's network namespace: the standby's is up (no
+// tunnel traffic in or out), the active's is down.
+func fencedAsItsRole(pair gatewayPair) error {
+	if _, err := L.inPodNetns(pair.active, "agent", "nft", "list", "table", "inet", fenceTable); err == nil {
+		return fmt.Errorf("the active %s is fenced", pair.active.Name)
+	}
+	for _, s := range pair.standbys {
+		if out, err := L.inPodNetns(s, "agent", "nft", "list", "table", "inet", fenceTable); err != nil {
+			return fmt.Errorf("the standby %s is not fenced: %v %s", s.Name, err, out)
+		}
+	}
+	return nil
+}
+
+// onWorker makes the gateway's active run on a node the lab can fail (2..N): when it runs on
+// node 1 (the machine itself), its pod is deleted so that the standby takes over.
+func onWorker(t *testing.T, gw string) gatewayPair {
+	t.Helper()
+	pair, err := pairReady(gw, 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pair.active.Spec.NodeName != labNodeName(1) {
+		return pair
+	}
+	deleteNamedPod(t, pair.active.Name)
+	if pair, err = pairReady(gw, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return pair
+}
+
+func deleteNamedPod(t *testing.T, name string) {
+	t.Helper()
+	c, cancel := ctx(20 * time.Second)
+	defer cancel()
+	if err := L.c.Delete(c, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: labNS}}); err != nil {
+		t.Fatalf("deleting %s: %v", name, err)
+	}
+}
+
+// takenOver checks after a fault that another pod than before is active and that the pair is
+// whole again.
+func takenOver(t *testing.T, gw string, before gatewayPair) gatewayPair {
+	t.Helper()
+	after, err := pairReady(gw, 3*time.Minute)
+	if err != nil {
+		t.Fatalf("after the fault: %v", err)
+	}
+	if after.active.Name == before.active.Name {
+		t.Errorf("%s is still active after the fault", before.active.Name)
+	}
+	t.Logf("before: %s; after: %s", before, after)
+	return after
+}
+
+func test14Standby(t *testing.T) {
+	patch := func(standby string) error {
+		_, err := L.sh(60*time.Second, fmt.Sprintf(`kubectl -n %s patch vpngateway %s --type merge -p '{"spec":{"availability":{"standby":%s}}}'`, labNS, wgGW, standby))
+		return err
+	}
+	if err := patch("true"); err != nil {
+		t.Fatalf("asking %s for a standby: %v", wgGW, err)
+	}
+	t.Cleanup(func() {
+		if err := patch("null"); err != nil {
+			t.Errorf("taking %s's standby away: %v", wgGW, err)
+		}
+		if err := eventually(3*time.Minute, func() error {
+			pair, err := gatewayPods(wgGW)
+			if err != nil {
+				return err
+			}
+			if n := len(pair.standbys); n != 0 && !(n == 1 && pair.active == nil) {
+				return fmt.Errorf("still %s", pair)
+			}
+			return roamServed(5 * time.Second)
+		}); err != nil {
+			t.Errorf("%s back to one pod: %v", wgGW, err)
+		}
+	})
+	pair, err := pairReady(wgGW, 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %s", wgGW, pair)
+	if err := roamServed(90 * time.Second); err != nil {
+		t.Fatalf("roam through the active %s: %v", pair.active.Name, err)
+	}
+
+	sites := func(goal time.Duration) []faultSite { return []faultSite{roamSite(goal), hqSite(0)} }
+
+	t.Run("the active pod deleted: handed over", func(t *testing.T) {
+		before := onWorker(t, wgGW)
+		withProbes(t, "the active pod deleted", sites(plannedGoal), func(t *testing.T) {
+			deleteNamedPod(t, before.active.Name)
+		})
+		takenOver(t, wgGW, before)
+	})
+
+	t.Run("the active's WireGuard device killed", func(t *testing.T) {
+		before := onWorker(t, wgGW)
+		withProbes(t, "the active's device killed", sites(unplannedGoal), func(t *testing.T) {
+			killPodContainer(t, before.active, "wireguard")
+			if err := eventually(30*time.Second, func() error {
+				if h := leaseHolderOf(wgGW); h == before.active.Name {
+					return fmt.Errorf("%s still holds the Lease", h)
+				}
+				return nil
+			}); err != nil {
+				t.Error(err)
+			}
+		})
+		takenOver(t, wgGW, before)
+	})
+
+	t.Run("the active's node frozen", func(t *testing.T) {
+		before := onWorker(t, wgGW)
+		node := before.active.Spec.NodeName
+		sums := withNodeFaultProbed(t, node, "freeze", "thaw", func() {
+			if err := eventually(30*time.Second, func() error {
+				if h := leaseHolderOf(wgGW); h == before.active.Name {
+					return fmt.Errorf("%s still holds the Lease", h)
+				}
+				return roamServed(time.Second)
+			}); err != nil {
+				t.Error(err)
+			}
+			// the frozen node stays frozen a little longer than the goal, as a node that
+			// does not come back would
+			time.Sleep(5 * time.Second)
+		}, sites(unplannedGoal))
+		checkGoals(t, "the active's node frozen", sums, sites(unplannedGoal))
+		takenOver(t, wgGW, before)
+	})
+
+	t.Run("the active's node drained", func(t *testing.T) {
+		before := onWorker(t, wgGW)
+		node := before.active.Spec.NodeName
+		sums := withNodeFaultProbed(t, node, "drain", "uncordon", func() {
+			if err := eventually(60*time.Second, func() error {
+				if h := leaseHolderOf(wgGW); h == before.active.Name || h == "" {
+					return fmt.Errorf("the Lease names %q", h)
+				}
+				return nil
+			}); err != nil {
+				t.Error(err)
+			}
+		}, sites(plannedGoal))
+		checkGoals(t, "the active's node drained", sums, sites(plannedGoal))
+		takenOver(t, wgGW, before)
+	})
+
+	t.Run("the API server frozen for 30s: nothing moves", func(t *testing.T) {
+		before, err := pairReady(wgGW, 3*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid := labPid(t, "kube-apiserver")
+		withProbes(t, "the API server frozen", sites(0), func(t *testing.T) {
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(30 * time.Second)
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+		})
+		after, err := pairReady(wgGW, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.active.Name != before.active.Name {
+			t.Errorf("a takeover during the API server's outage: %s, then %s", before, after)
+		}
+	})
+}
+
+// checkGoals asserts each site's longest outage against its goal (withProbes' rules, for the
+// node faults' summaries).
+func checkGoals(t *testing.T, fault string, sums []probeSummary, sites []faultSite) {
+	t.Helper()
+	for i, s := range sums {
+		goal := sites[i].maxOutage
+		switch {
+		case s.total < 10:
+			t.Errorf("%s: %s: too few probes ran", fault, s.site)
+		case goal == 0 && s.failed > 0:
+			t.Errorf("%s: %s: %d failed probes (goal: none): %s", fault, s.site, s.failed, strings.Join(s.why, "; "))
+		case s.longestOutage.Round(probeInterval) > goal:
+			t.Errorf("%s: %s: longest outage %s > %s", fault, s.site, s.longestOutage.Round(time.Millisecond), goal)
+		}
+		t.Logf("%s: %s (goal %s)", fault, s, goal)
+	}
+}
+
+// killPodContainer kills a container of a pod (SIGKILL through its node's containerd).
+func killPodContainer(t *testing.T, pod *corev1.Pod, container string) {
+	t.Helper()
+	var id string
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == container {
+			_, id, _ = strings.Cut(cs.ContainerID, "://")
+		}
+	}
+	if id == "" {
+		t.Fatalf("%s has no container %s", pod.Name, container)
+	}
+	if out, err := L.run(20*time.Second, "ctr", "--address", L.containerdSocket(pod.Spec.NodeName), "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id); err != nil {
+		t.Fatalf("kill %s/%s: %v %s", pod.Name, container, err, out)
+	}
+}
