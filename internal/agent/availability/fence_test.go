@@ -1,0 +1,105 @@
+package availability
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/bnerd/bnerd-vpn-operator/internal/agent/firewall"
+	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
+)
+
+// udpLoopback sends one datagram to 127.0.0.1:port inside the namespace and reports whether
+// it arrived (a drop in the output hook refuses the send: EPERM).
+const udpLoopback = `
+import socket, sys
+port = int(sys.argv[1])
+r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+r.bind(("127.0.0.1", port))
+r.settimeout(0.3)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.sendto(b"x", ("127.0.0.1", port))
+    r.recv(16)
+    print("got")
+except (socket.timeout, PermissionError):
+    print("lost")
+`
+
+func passes(t *testing.T, ns *netns.NS, port uint16) bool {
+	t.Helper()
+	out := ns.MustRun("python3", "-c", udpLoopback, strconv.Itoa(int(port)))
+	return strings.TrimSpace(out) == "got"
+}
+
+// The fence drops IKE and the WireGuard port and nothing else, follows the port, goes away
+// whole; and the agent's ruleset check neither reports nor removes it as drift of its table.
+func TestFenceInNamespace(t *testing.T) {
+	netns.Skip(t, "nft", "python3")
+	ns := netns.NewRun(t, "bfence").NS("gw")
+	nftBin := ns.Wrapper(t, "nft")
+	ctx := context.Background()
+
+	fw := &firewall.Firewall{NFT: nftBin}
+	const ruleset = `table ip bnerd_vpn {}
+delete table ip bnerd_vpn
+table ip bnerd_vpn {
+	chain input {
+		type filter hook input priority filter; policy accept;
+	}
+}
+`
+	if err := fw.Apply(ctx, ruleset); err != nil {
+		t.Fatal(err)
+	}
+	f := &Fence{NFT: nftBin}
+	for _, p := range []uint16{500, 4500, 51820, 5353} {
+		if !passes(t, ns, p) {
+			t.Fatalf("port %d blocked before the fence", p)
+		}
+	}
+	if err := f.Install(ctx, 51820); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[uint16]bool{500: false, 4500: false, 51820: false, 5353: true, 51821: true} {
+		if got := passes(t, ns, p); got != want {
+			t.Errorf("fenced: port %d passes %v, want %v", p, got, want)
+		}
+	}
+	// The ruleset check sees its own table as applied and leaves the fence alone.
+	for range 3 {
+		d, err := fw.Verify(ctx)
+		if err != nil || d.Drifted() {
+			t.Fatalf("ruleset check with the fence: %+v %v", d, err)
+		}
+	}
+	if out := ns.MustRun("nft", "list", "table", "inet", FenceTable); !strings.Contains(out, "udp dport 51820 drop") {
+		t.Fatalf("fence after the ruleset check:\n%s", out)
+	}
+	// A new WireGuard port: the fence follows.
+	if err := f.Follow(ctx, 51821); err != nil {
+		t.Fatal(err)
+	}
+	if passes(t, ns, 51821) || !passes(t, ns, 51820) {
+		t.Error("the fence did not follow the WireGuard port")
+	}
+	if err := f.Remove(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []uint16{500, 4500, 51821} {
+		if !passes(t, ns, p) {
+			t.Errorf("port %d blocked after the fence went", p)
+		}
+	}
+	// Removing twice, or following while not installed, does nothing.
+	if err := f.Remove(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Follow(ctx, 51820); err != nil || f.Installed() {
+		t.Fatalf("follow while not installed: %v, installed %v", err, f.Installed())
+	}
+	if d, err := fw.Verify(ctx); err != nil || d.Drifted() {
+		t.Fatalf("ruleset check after the fence went: %+v %v", d, err)
+	}
+}
