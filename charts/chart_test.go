@@ -222,7 +222,7 @@ func operatorArgs(t *testing.T, objs []*unstructured.Unstructured) []string {
 // Every setting is a value, and becomes the operator's flag.
 func TestChartValuesBecomeFlags(t *testing.T) {
 	args := operatorArgs(t, render(t,
-		"gateway.userspaceDataplane=true", "gateway.imagePullPolicy=Never",
+		"gateway.userspaceDataplane=true", "gateway.imagePullPolicy=Never", "gateway.standby=true",
 		"gateway.agentImage=registry.example.net/agent:v1", "gateway.strongswanImage=registry.example.net/charon:v1",
 		"network.internalSourceCIDRs={10.244.0.0/16,10.245.0.0/16}", "network.clusterPodCIDRs={10.244.0.0/16}",
 		"network.clusterServiceCIDRs={10.96.0.0/12}", "network.nodeCIDRs={192.0.2.0/24}",
@@ -239,7 +239,7 @@ func TestChartValuesBecomeFlags(t *testing.T) {
 	for _, want := range []string{
 		"--leader-elect", "--leader-elect-lease-duration=40s", "--service-cidr-pool=100.80.0.0/16",
 		"--agent-image=registry.example.net/agent:v1", "--strongswan-image=registry.example.net/charon:v1",
-		"--image-pull-policy=Never", "--userspace-dataplane",
+		"--image-pull-policy=Never", "--userspace-dataplane", "--gateway-standby",
 		"--internal-source-cidrs=10.244.0.0/16,10.245.0.0/16", "--cluster-pod-cidrs=10.244.0.0/16",
 		"--cluster-service-cidrs=10.96.0.0/12", "--node-cidrs=192.0.2.0/24", "--allowed-target-cidrs=10.96.0.0/12",
 		"--host-network-namespace-selector=tier=edge", "--metrics-namespace-selector=team=observability", "--concurrency=8",

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,7 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
@@ -64,6 +66,10 @@ func childrenOf(k *children.Children) []child {
 	}
 	for _, svc := range k.ReverseServices {
 		out = append(out, child{"Service", svc, func(a map[string]string) { svc.WithAnnotations(a) }, &corev1.Service{}, extractor(corev1ac.ExtractService)})
+	}
+	// The Lease is not among them: its spec is the agents' (ensureLease).
+	if pdb := k.PodDisruptionBudget; pdb != nil {
+		out = append(out, child{"PodDisruptionBudget", pdb, func(a map[string]string) { pdb.WithAnnotations(a) }, &policyv1.PodDisruptionBudget{}, extractor(policyv1ac.ExtractPodDisruptionBudget)})
 	}
 	return out
 }

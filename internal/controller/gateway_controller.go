@@ -10,9 +10,11 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -97,6 +99,11 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		Owns(&rbacv1.Role{}, notCreated).
 		Owns(&rbacv1.RoleBinding{}, notCreated).
 		Owns(&networkingv1.NetworkPolicy{}, notCreated).
+		Owns(&policyv1.PodDisruptionBudget{}, notCreated).
+		// A gateway with a standby: its Lease names the active pod and the last takeover
+		// (status.availability); its pods come, go and change role.
+		Owns(&coordinationv1.Lease{}, builder.WithPredicates(leaseEvents)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(vpnGatewayOfPod), builder.WithPredicates(gatewayPodChanged)).
 		// Services: the LoadBalancer endpoint's address arriving; a reverse exposure's Service
 		// is given its ClusterIP at creation, which the model needs (so creation counts).
 		Owns(&corev1.Service{}).
@@ -320,6 +327,9 @@ func (r *GatewayReconciler) reconcilePhases(ctx context.Context, s *gatewayScope
 		}
 	}
 	if err := r.observeDeployment(ctx, s); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.observeAvailability(ctx, s); err != nil {
 		errs = append(errs, err)
 	}
 	write := r.writeStatus
@@ -686,6 +696,11 @@ func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope, 
 		return err
 	}
 	restored, err := applyAll(ctx, r.Client, r.APIReader, s.gw.Namespace, kids)
+	if err == nil && kids.Lease != nil {
+		err = ensureLease(ctx, r.Client, kids.Lease, owner)
+	} else if err == nil {
+		err = pruneStandby(ctx, r.Client, s.kind, s.obj)
+	}
 	for _, c := range restored {
 		childrenRestored.WithLabelValues(s.gw.Namespace, s.gw.Name, c.Kind).Inc()
 		// The child is the Event's related object: events of one gateway with one reason are

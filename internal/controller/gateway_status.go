@@ -114,6 +114,8 @@ type gatewayScope struct {
 	// Services that could not be (name taken).
 	reverseServices map[string]string
 	reverseProblems []model.Problem
+	// availability: the election of a gateway with a standby (nil without one).
+	availability *vpnv1.AvailabilityStatus
 }
 
 // owner is the controller reference every child of the gateway carries: to the object that
@@ -141,6 +143,7 @@ func computeGatewayStatus(s *gatewayScope, now metav1.Time) vpnv1.VPNGatewayStat
 		ReverseExposures:   gw.Status.ReverseExposures,
 		Peers:              int32(len(s.peers)),
 		AuthorizedPeers:    gw.Status.AuthorizedPeers,
+		Availability:       s.availability,
 	}
 	if s.serviceCIDR.IsValid() {
 		st.ServiceCIDR = s.serviceCIDR.String()

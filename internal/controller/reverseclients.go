@@ -85,7 +85,8 @@ func podAddresses(p *corev1.Pod) []netip.Addr {
 
 // StripPod is the cache transform for Pods: the operator keeps only a pod's identity, whether
 // it uses the host network, its node, its phase and its addresses — and of a gateway's pod
-// also the labels naming its gateway and its network attachment (the uplink binding).
+// also the labels naming its gateway and its role (active, with a standby), its network
+// attachment (the uplink binding) and its deletion cost.
 func StripPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -101,13 +102,18 @@ func StripPod(obj any) (any, error) {
 	}
 	if _, _, gateway := gatewayOfPod(p); gateway {
 		out.Labels = map[string]string{}
-		for _, k := range []string{children.LabelInstance, children.LabelGateway, children.LabelIPsecGateway} {
+		for _, k := range []string{children.LabelInstance, children.LabelGateway, children.LabelIPsecGateway, children.LabelRole} {
 			if v, ok := p.Labels[k]; ok {
 				out.Labels[k] = v
 			}
 		}
-		if a, ok := p.Annotations[cloud.NetworksAnnotation]; ok {
-			out.Annotations = map[string]string{cloud.NetworksAnnotation: a}
+		for _, k := range []string{cloud.NetworksAnnotation, corev1.PodDeletionCost} {
+			if a, ok := p.Annotations[k]; ok {
+				if out.Annotations == nil {
+					out.Annotations = map[string]string{}
+				}
+				out.Annotations[k] = a
+			}
 		}
 	}
 	return out, nil

@@ -12,8 +12,10 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -283,12 +285,15 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 		// The operator only caches the children it owns, not every Deployment or ConfigMap;
 		// with --gateway-namespaces, namespaced objects of those namespaces only.
 		Cache: cache.Options{DefaultNamespaces: defaultNamespaces(cfg.GatewayNamespaces), ByObject: map[client.Object]cache.ByObject{
-			&appsv1.Deployment{}:          byManaged,
-			&corev1.ConfigMap{}:           byManaged,
-			&corev1.ServiceAccount{}:      byManaged,
-			&rbacv1.Role{}:                byManaged,
-			&rbacv1.RoleBinding{}:         byManaged,
-			&networkingv1.NetworkPolicy{}: byManaged,
+			&appsv1.Deployment{}:            byManaged,
+			&corev1.ConfigMap{}:             byManaged,
+			&corev1.ServiceAccount{}:        byManaged,
+			&rbacv1.Role{}:                  byManaged,
+			&rbacv1.RoleBinding{}:           byManaged,
+			&networkingv1.NetworkPolicy{}:   byManaged,
+			&policyv1.PodDisruptionBudget{}: byManaged,
+			// The gateways' Leases (their agents elect the active pod through them).
+			&coordinationv1.Lease{}: byManaged,
 			// Every pod's address matters (reverse-exposure clients), little else of it.
 			&corev1.Pod{}: {Transform: controller.StripPod},
 		}},
@@ -320,6 +325,10 @@ func NewManager(ctx context.Context, restCfg *rest.Config, cfg Config) (ctrl.Man
 	// The legacy IPsecGateway runs through the same phases (and allocator) as a VPNGateway.
 	if err := (&controller.IPsecGatewayReconciler{Gateways: gateways}).SetupWithManager(mgr, cfg.Concurrency); err != nil {
 		return nil, fmt.Errorf("ipsecgateway controller: %w", err)
+	}
+	// The active pod of every gateway with a standby follows its Lease.
+	if err := (&controller.ActivePodReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr, cfg.Concurrency); err != nil {
+		return nil, fmt.Errorf("active pod controller: %w", err)
 	}
 	if err := (&controller.ClusterLinkReconciler{Client: mgr.GetClient(), Recorder: recorder, Model: cfg.Options.Model}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("clusterlink controller: %w", err)

@@ -29,6 +29,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- if $v.gateway.userspaceDataplane }}
 - --userspace-dataplane
 {{- end }}
+{{- if $v.gateway.standby }}
+- --gateway-standby
+{{- end }}
 {{- with $v.gateway.pod }}
 {{- with .nodeSelector }}
 {{- $pairs := list }}
