@@ -20,6 +20,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
@@ -185,13 +186,18 @@ func createLab(t *testing.T, ns string) {
 	wg := &vpnv1.VPNGateway{
 		ObjectMeta: metav1.ObjectMeta{Name: "acme-wg", Namespace: ns},
 		Spec: vpnv1.VPNGatewaySpec{Protocol: vpnv1.ProtocolWireGuard, Endpoint: vpnv1.Endpoint{LoadBalancer: &vpnv1.LoadBalancerEndpoint{LoadBalancerClass: "lab.bnerd.net/static"}},
-			Exposures: []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Service: &vpnv1.ServiceRef{Name: "web"}, Ports: []intstr.IntOrString{intstr.FromInt32(8080)}}}}},
+			Exposures:    []vpnv1.Exposure{{Name: "web", Target: vpnv1.ExposureTarget{Service: &vpnv1.ServiceRef{Name: "web"}, Ports: []intstr.IntOrString{intstr.FromInt32(8080)}}}},
+			Availability: &vpnv1.Availability{Standby: ptr.To(true)}},
 	}
 	must(c.Create(ctx, wg))
 	wg.Status = vpnv1.VPNGatewayStatus{ObservedGeneration: 1, PublicAddress: "192.0.2.2", ServiceCIDR: "100.64.13.0/24", Peers: 1, AuthorizedPeers: 1,
 		WireGuardPublicKey: "GW1aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaE=",
 		Exposures:          []vpnv1.ExposureStatus{{Name: "web", VirtualIP: "100.64.13.10"}},
-		Conditions:         gwConds(bad("GatewayAvailable", "Unavailable", "gateway pod is not available (0/1 ready)"))}
+		// its pair lost its active pod's node: the standby took over, no new standby yet
+		Availability: &vpnv1.AvailabilityStatus{ActivePod: "acme-wg-gateway-5f7b2", LastTakeover: &vpnv1.Takeover{
+			Time: metav1.NewMicroTime(testNow.Add(-90 * time.Second)), From: "acme-wg-gateway-9d41c", To: "acme-wg-gateway-5f7b2",
+			Reason: vpnv1.TakeoverActiveGone, OutageMillis: 2150}},
+		Conditions: gwConds(bad("GatewayAvailable", "Unavailable", "gateway pod is not available (0/1 ready)"))}
 	must(c.Status().Update(ctx, wg))
 
 	psk := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hq-psk", Namespace: ns}, StringData: map[string]string{"psk": labPSK}}
@@ -468,5 +474,51 @@ func TestStatusThroughPodProxy(t *testing.T) {
 	g := rep.Gateways[0]
 	if !g.Agent.Metrics || g.Agent.ConfigRejected == nil || *g.Agent.ConfigRejected != 2 || g.Peers[0].AuthorizationDrops == nil || g.Peers[0].AuthorizationDrops.In != 12 || hits.Load() != 1 {
 		t.Fatalf("metrics through the pod proxy (%d requests): %s", hits.Load(), js)
+	}
+}
+
+// A gateway with a standby has two pods: status reads the active one's agent, whichever is
+// newer.
+func TestStatusReadsTheActivePod(t *testing.T) {
+	if env == nil {
+		t.Skip("no API server")
+	}
+	const ns = "status-pair"
+	createLab(t, ns)
+	ctx := context.Background()
+	for i, name := range []string{"acme-wg-gateway-5f7b2", "acme-wg-gateway-9d41c"} {
+		labels := children.Labels("acme-wg")
+		if i == 0 {
+			labels[children.LabelRole] = children.RoleActive
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+			Spec: corev1.PodSpec{NodeName: fmt.Sprintf("node-%d", i+2), Containers: []corev1.Container{
+				{Name: children.ContainerAgent, Image: "agent", Ports: []corev1.ContainerPort{{Name: children.PortMetrics, ContainerPort: children.DefaultMetricsPort}}},
+			}},
+		}
+		if err := env.Client.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		if err := env.Client.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1100 * time.Millisecond) // creation timestamps have a resolution of one second
+	}
+	js, _, err := runWith(t, &fakeAccess{}, &requestLog{}, "-n", ns, "status", "acme-wg", "-o", "json", "--metrics=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep status.Report
+	if err := json.Unmarshal([]byte(js), &rep); err != nil || len(rep.Gateways) != 1 {
+		t.Fatalf("%v %s", err, js)
+	}
+	g := rep.Gateways[0]
+	if g.Agent.Pod != "acme-wg-gateway-5f7b2" {
+		t.Errorf("status read %q, not the active (older) pod acme-wg-gateway-5f7b2", g.Agent.Pod)
+	}
+	if g.Availability == nil || g.Availability.ActivePod != "acme-wg-gateway-5f7b2" || g.Availability.LastTakeover == nil || g.Availability.LastTakeover.Reason != vpnv1.TakeoverActiveGone {
+		t.Errorf("availability: %+v", g.Availability)
 	}
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 )
 
-// Pod finds the gateway's pod (label vpn.bnerd.net/gateway): a running, ready one first, the
-// newest among equals. The string says why there is none to talk to.
+// Pod finds the gateway's pod (label vpn.bnerd.net/gateway): the active one of a gateway with a
+// standby, else a running, ready one first, the newest among equals. The string says why there is none to talk to.
 func Pod(ctx context.Context, c client.Client, gw *vpnv1.VPNGateway) (*corev1.Pod, string) {
 	var pods corev1.PodList
 	if err := c.List(ctx, &pods, client.InNamespace(gw.Namespace), client.MatchingLabels(children.SelectorLabels(gw.Name))); err != nil {
@@ -26,6 +26,8 @@ func Pod(ctx context.Context, c client.Client, gw *vpnv1.VPNGateway) (*corev1.Po
 		switch {
 		case p.DeletionTimestamp != nil:
 			return 0
+		case p.Status.Phase == corev1.PodRunning && PodReady(p) && p.Labels[children.LabelRole] == children.RoleActive:
+			return 4
 		case p.Status.Phase == corev1.PodRunning && PodReady(p):
 			return 3
 		case p.Status.Phase == corev1.PodRunning:

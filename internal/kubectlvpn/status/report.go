@@ -60,7 +60,19 @@ type GatewayReport struct {
 	Peers            []PeerReport            `json:"peers"`
 	Exposures        []ExposureReport        `json:"exposures"`
 	ReverseExposures []ReverseExposureReport `json:"reverseExposures"`
-	Agent            AgentReport             `json:"agent"`
+	// Availability is the gateway's active/standby pair; nil for a gateway without a standby.
+	Availability *AvailabilityReport `json:"availability,omitempty"`
+	Agent        AgentReport         `json:"agent"`
+}
+
+// AvailabilityReport is a gateway's active/standby pair as the operator reports it.
+type AvailabilityReport struct {
+	// ActivePod carries the tunnels; empty while no pod does.
+	ActivePod string `json:"activePod"`
+	// StandbyPods are ready to take over.
+	StandbyPods []string `json:"standbyPods"`
+	// LastTakeover is the last time a pod became active; nil before the first.
+	LastTakeover *vpnv1.Takeover `json:"lastTakeover,omitempty"`
 }
 
 // EndpointReport is the gateway's endpoint.
@@ -307,6 +319,7 @@ func GatewayReportOf(d *gateways.Gateway, now time.Time) GatewayReport {
 		rr.Grantees = append(rr.Grantees, revHolders[e.Name]...)
 		r.ReverseExposures = append(r.ReverseExposures, rr)
 	}
+	r.Availability = availabilityOf(gw)
 	switch {
 	case d.Pod == nil:
 		r.Agent.Error = d.NoPod
@@ -315,6 +328,22 @@ func GatewayReportOf(d *gateways.Gateway, now time.Time) GatewayReport {
 		r.Agent.RulesetRepairs, r.Agent.ConfigRejected, r.Agent.SpoofedDrops = d.Metrics.RulesetRepairs, d.Metrics.ConfigRejected, d.Metrics.SpoofedDrops
 	default:
 		r.Agent.Pod, r.Agent.Error = d.Pod.Name, d.MetricsErr
+	}
+	return r
+}
+
+// availabilityOf is the gateway's pair: reported once the gateway asks for a standby (its own
+// field, or the operator's default when the operator reports a pair).
+func availabilityOf(gw *vpnv1.VPNGateway) *AvailabilityReport {
+	a := gw.Status.Availability
+	asked := gw.Spec.Availability != nil && gw.Spec.Availability.Standby != nil && *gw.Spec.Availability.Standby
+	if a == nil && !asked {
+		return nil
+	}
+	r := &AvailabilityReport{StandbyPods: []string{}}
+	if a != nil {
+		r.ActivePod, r.LastTakeover = a.ActivePod, a.LastTakeover
+		r.StandbyPods = append(r.StandbyPods, a.StandbyPods...)
 	}
 	return r
 }

@@ -169,6 +169,9 @@ func PrintGateway(w io.Writer, g GatewayReport, metrics bool, now time.Time) {
 		agent = "pod " + g.Agent.Pod + "; metrics " + g.Agent.Error + " (drops shown as -)"
 	}
 	field("agent", agent)
+	if g.Availability != nil {
+		field("availability", availabilityText(*g.Availability, now))
+	}
 	tw.Flush()
 
 	fmt.Fprintln(w)
@@ -231,6 +234,31 @@ func PrintGateway(w io.Writer, g GatewayReport, metrics bool, now time.Time) {
 		}
 		tw.Flush()
 	}
+}
+
+// availabilityText is the pair in one line: who is active, who stands by, the last takeover.
+func availabilityText(a AvailabilityReport, now time.Time) string {
+	s := "active " + OrDash(a.ActivePod)
+	if a.ActivePod == "" {
+		s = "no active pod"
+	}
+	if len(a.StandbyPods) == 0 {
+		s += ", no standby ready"
+	} else {
+		s += ", standby " + strings.Join(a.StandbyPods, ", ")
+	}
+	if t := a.LastTakeover; t != nil {
+		from := t.From
+		if from == "" {
+			from = "none"
+		}
+		s += fmt.Sprintf("; last takeover %s ago, %s -> %s (%s", duration.HumanDuration(now.Sub(t.Time.Time)), from, t.To, t.Reason)
+		if t.OutageMillis > 0 {
+			s += fmt.Sprintf(", %s without an active pod", (time.Duration(t.OutageMillis) * time.Millisecond).String())
+		}
+		s += ")"
+	}
+	return s
 }
 
 // readyText is the Ready condition, with its first failing cause when not True.
