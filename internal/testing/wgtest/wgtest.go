@@ -299,6 +299,18 @@ func (n *Node) NeedsApply() (bool, error) {
 	return resp.Changed, nil
 }
 
+// TakeOver is the driver's TakeOver: its pod became the active one of an active/standby pair.
+func (n *Node) TakeOver() error {
+	var resp response
+	if err := n.roundTrip(request{Op: "takeOver"}, &resp); err != nil {
+		return err
+	}
+	if resp.Error != "" {
+		return errors.New(resp.Error)
+	}
+	return nil
+}
+
 // Device reads the node's device through its UAPI socket from the calling process, as
 // `wg show` does (userspace devices; a kernel device is only visible inside its namespace).
 // The result holds the private and pre-shared keys, as wgctrl returns them: never print it.
@@ -399,7 +411,7 @@ func (b *lockedBuffer) String() string {
 // The protocol: one JSON object per line; the helper first writes a response with Ready (or
 // Error), then one response per request.
 type request struct {
-	Op      string        `json:"op"` // apply, peers, changed
+	Op      string        `json:"op"` // apply, peers, changed, needsApply, takeOver
 	Config  *rwg.Config   `json:"config,omitempty"`
 	Secrets []secretEntry `json:"secrets,omitempty"`
 }
@@ -487,6 +499,10 @@ func helperMain(spec string, in io.Reader, out, logOut io.Writer) int {
 				}
 			case "needsApply":
 				resp.Changed = d.NeedsApply()
+			case "takeOver":
+				if err := d.TakeOver(ctx); err != nil {
+					resp.Error = err.Error()
+				}
 			default:
 				resp.Error = fmt.Sprintf("unknown op %q", req.Op)
 			}
