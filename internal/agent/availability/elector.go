@@ -109,6 +109,10 @@ type Elector struct {
 	HealthEvery time.Duration
 	// RequestTimeout (1 s) bounds each API request.
 	RequestTimeout time.Duration
+	// StartGrace (15 s): an agent restarted in the active pod reports its dataplane healthy
+	// until the first check succeeds or this long after Start — its charon or device runs on,
+	// only the agent is loading its configuration — so the standby does not take over.
+	StartGrace time.Duration
 
 	client *http.Client
 
@@ -124,6 +128,7 @@ type Elector struct {
 	healthy     bool
 	failures    int
 	handingOver bool
+	graceUntil  time.Time
 	steppedDown time.Time
 	jumped      bool
 	resumed     time.Time
@@ -150,6 +155,9 @@ func (e *Elector) defaults() {
 	}
 	if e.RequestTimeout <= 0 {
 		e.RequestTimeout = time.Second
+	}
+	if e.StartGrace <= 0 {
+		e.StartGrace = 15 * time.Second
 	}
 	if e.client == nil {
 		dialer := &net.Dialer{Timeout: e.ProbeTimeout}
@@ -182,6 +190,7 @@ func (e *Elector) Start(ctx context.Context) error {
 	switch {
 	case known && holder == e.Identity:
 		e.role = Active
+		e.healthy, e.graceUntil = true, time.Now().Add(e.StartGrace)
 	case known:
 		// Standby as of now: a Lease naming this pod later was handed to it.
 		e.role, e.steppedDown = Standby, time.Now()
@@ -464,7 +473,10 @@ func (e *Elector) healthLoop(ctx context.Context) {
 			if !e.healthy {
 				e.Log.Info("availability: the dataplane answers")
 			}
-			e.failures, e.healthy = 0, true
+			e.failures, e.healthy, e.graceUntil = 0, true, time.Time{}
+			return
+		}
+		if time.Now().Before(e.graceUntil) {
 			return
 		}
 		e.failures++

@@ -92,6 +92,12 @@ func (f failingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func newMember(t *testing.T, cfg *rest.Config, ns, lease, name, addr string, port int) *member {
 	t.Helper()
+	return newMemberWith(t, cfg, ns, lease, name, addr, port, nil)
+}
+
+// newMemberWith is newMember with mod applied to the member before it starts.
+func newMemberWith(t *testing.T, cfg *rest.Config, ns, lease, name, addr string, port int, mod func(*member)) *member {
+	t.Helper()
 	m := &member{fence: &fakeFence{}, dp: &fakeDataplane{}, done: make(chan struct{})}
 	m.healthy.Store(true)
 	c := rest.CopyConfig(cfg)
@@ -104,6 +110,9 @@ func newMember(t *testing.T, cfg *rest.Config, ns, lease, name, addr string, por
 		Identity: name, Address: addr, ProbePort: port, Fence: m.fence,
 		Dataplane: func() any { return m.dp },
 		Healthy:   func(context.Context) bool { return m.healthy.Load() },
+	}
+	if mod != nil {
+		mod(m)
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
 	if err != nil {
@@ -327,4 +336,32 @@ func TestElectorAPIOutageForBoth(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// The agent restarts in the active pod (its dataplane runs on): it resumes the role, reporting
+// itself healthy while it loads its configuration, and the standby does not take over.
+func TestElectorAgentRestartInActivePod(t *testing.T) {
+	active, standby, lease := pair(t)
+	before := lastTakeover(t, lease())
+	active.kill()
+	time.Sleep(300 * time.Millisecond)
+	restarted := newMemberWith(t, env.Config, "default", active.e.Lease, active.e.Identity, active.e.Address, active.e.ProbePort, func(m *member) {
+		// The configuration loads 1.5 s after the start.
+		start := time.Now()
+		m.e.Healthy = func(context.Context) bool { return time.Since(start) > 1500*time.Millisecond }
+	})
+	if !restarted.e.IsActive() || restarted.fence.installed.Load() {
+		t.Fatalf("restarted agent: active %v, fenced %v", restarted.e.IsActive(), restarted.fence.installed.Load())
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if standby.e.IsActive() || !restarted.e.IsActive() {
+			t.Fatalf("roles changed: restarted %v, standby %v", restarted.e.IsActive(), standby.e.IsActive())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if tk := lastTakeover(t, lease()); tk != before || restarted.dp.takeOvers.Load() != 0 {
+		t.Fatalf("last takeover %+v (was %+v), TakeOver hooks %d", tk, before, restarted.dp.takeOvers.Load())
+	}
+	waitFor(t, 3*time.Second, "the standby probing the restarted agent", restarted.e.StandbyReady)
 }
