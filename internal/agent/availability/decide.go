@@ -116,9 +116,11 @@ type Probe struct {
 	Answered time.Time
 	// Identity is the pod that answered last.
 	Identity string
-	// Healthy and HandingOver are that answer's.
+	// Healthy and HandingOver are that answer's; Standby: it said its role is standby (the
+	// holder stepped down, and has not written the Lease since).
 	Healthy     bool
 	HandingOver bool
+	Standby     bool
 }
 
 // Timing are the pair's intervals; zero values take the defaults.
@@ -267,6 +269,9 @@ func decideStandby(in *Inputs) Action {
 	}
 	if fresh && !in.Active.Healthy {
 		return Action{Kind: TakeOver, Reason: ReasonActiveUnhealthy}
+	}
+	if fresh && in.Active.Standby {
+		return Action{Kind: TakeOver, Reason: ReasonActiveGone}
 	}
 	// Without the API this pod cannot tell the Lease's age (nor write it).
 	if in.age(in.APIContact) > t.LeaseDuration {

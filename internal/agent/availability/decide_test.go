@@ -3,6 +3,9 @@ package availability
 import (
 	"testing"
 	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestDecide(t *testing.T) {
@@ -76,6 +79,11 @@ func TestDecide(t *testing.T) {
 		{"standby: active's charon dead, own too", standby(func(in *Inputs) { in.Active.Healthy = false; in.Healthy = false }), Action{}},
 		{"standby: an old unhealthy answer does not count", standby(func(in *Inputs) {
 			in.Active.Healthy = false
+			in.Active.Answered = ago(1500 * time.Millisecond)
+		}), Action{}},
+		{"standby: the holder answers as a standby (it stepped down)", standby(func(in *Inputs) { in.Active.Standby = true }), Action{Kind: TakeOver, Reason: ReasonActiveGone}},
+		{"standby: an old answer as a standby does not count", standby(func(in *Inputs) {
+			in.Active.Standby = true
 			in.Active.Answered = ago(1500 * time.Millisecond)
 		}), Action{}},
 		{"standby: active handing over", standby(func(in *Inputs) { in.Active.HandingOver = true }), Action{Kind: TakeOver, Reason: ReasonHandedOver}},
@@ -180,5 +188,26 @@ func TestDecidePairs(t *testing.T) {
 				t.Errorf("active %s (%s), standby %s (%s); want %s, %s", a.Kind, a.Reason, b.Kind, b.Reason, tc.wantActive, tc.wantStand)
 			}
 		})
+	}
+}
+
+// The active drops the members that have not probed it for a minute of its being active
+// (pods a rollout replaced); itself and a standby that probes stay.
+func TestPruneMembers(t *testing.T) {
+	now := time.Now()
+	e := &Elector{Identity: "a", activeSince: now.Add(-2 * time.Minute),
+		heard: map[string]time.Time{"b": now.Add(-10 * time.Second), "d": now.Add(-90 * time.Second)}}
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		AnnotationMembers: `{"a":"10.0.0.1","b":"10.0.0.2","c":"10.0.0.3","d":"10.0.0.4"}`}}}
+	e.prune(l)
+	if got := l.Annotations[AnnotationMembers]; got != `{"a":"10.0.0.1","b":"10.0.0.2"}` {
+		t.Errorf("members after pruning: %s", got)
+	}
+	// Active for less than a minute: nobody is dropped yet.
+	e.activeSince = now.Add(-30 * time.Second)
+	l.Annotations[AnnotationMembers] = `{"a":"10.0.0.1","c":"10.0.0.3"}`
+	e.prune(l)
+	if got := l.Annotations[AnnotationMembers]; got != `{"a":"10.0.0.1","c":"10.0.0.3"}` {
+		t.Errorf("members pruned too early: %s", got)
 	}
 }

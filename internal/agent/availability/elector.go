@@ -128,6 +128,7 @@ type Elector struct {
 	healthy     bool
 	failures    int
 	handingOver bool
+	activeSince time.Time
 	graceUntil  time.Time
 	steppedDown time.Time
 	jumped      bool
@@ -189,7 +190,7 @@ func (e *Elector) Start(ctx context.Context) error {
 	wgPort := e.wgPort
 	switch {
 	case known && holder == e.Identity:
-		e.role = Active
+		e.role, e.activeSince = Active, time.Now()
 		e.healthy, e.graceUntil = true, time.Now().Add(e.StartGrace)
 	case known:
 		// Standby as of now: a Lease naming this pod later was handed to it.
@@ -308,6 +309,7 @@ func (e *Elector) renew(ctx context.Context) {
 		return
 	}
 	next, _ := e.withMember(l)
+	e.prune(next)
 	now := metav1.NewMicroTime(time.Now())
 	next.Spec.HolderIdentity = &e.Identity
 	next.Spec.RenewTime = &now
@@ -390,6 +392,40 @@ func (e *Elector) withMember(l *coordinationv1.Lease) (*coordinationv1.Lease, bo
 	return next, true
 }
 
+// memberGone is how long the active keeps a member that has not probed it (a pod that went:
+// each rollout names new pods).
+const memberGone = time.Minute
+
+// prune drops from l's members those that have not probed this active pod for memberGone
+// while it was active; a pod that is still there adds itself again at its next read.
+func (e *Elector) prune(l *coordinationv1.Lease) {
+	members := map[string]string{}
+	if raw := l.Annotations[AnnotationMembers]; raw == "" || json.Unmarshal([]byte(raw), &members) != nil {
+		return
+	}
+	now := time.Now()
+	e.mu.Lock()
+	changed := false
+	for name := range members {
+		if name == e.Identity {
+			continue
+		}
+		last := e.heard[name]
+		if last.Before(e.activeSince) {
+			last = e.activeSince
+		}
+		if !e.activeSince.IsZero() && now.Sub(last) > memberGone {
+			delete(members, name)
+			changed = true
+		}
+	}
+	e.mu.Unlock()
+	if changed {
+		raw, _ := json.Marshal(members)
+		l.Annotations[AnnotationMembers] = string(raw)
+	}
+}
+
 // probeLoop: the standby probes the holder at the address the members annotation gives.
 func (e *Elector) probeLoop(ctx context.Context) {
 	every(ctx, e.ProbeEvery, func() {
@@ -407,7 +443,7 @@ func (e *Elector) probeLoop(ctx context.Context) {
 		}
 		now := time.Now()
 		e.mu.Lock()
-		e.probe = Probe{Answered: now, Identity: st.Identity, Healthy: st.Healthy, HandingOver: st.HandingOver}
+		e.probe = Probe{Answered: now, Identity: st.Identity, Healthy: st.Healthy, HandingOver: st.HandingOver, Standby: st.Role == Standby}
 		if st.Healthy {
 			e.lastHealthy = now
 		}
@@ -554,7 +590,7 @@ func (e *Elector) takeOver(ctx context.Context, in Inputs, reason string) {
 		e.observe(got)
 	}
 	e.mu.Lock()
-	e.role = Active
+	e.role, e.activeSince = Active, time.Now()
 	e.probe = Probe{}
 	if reason != ReasonResumed {
 		e.takeovers[reason]++
