@@ -226,6 +226,19 @@ func hostileRejections() []hostileRejection {
 			g.Spec.Endpoint.HostNetwork.NodeName = "node-1; rm -rf /"
 		}), field: "spec.endpoint.hostNetwork.nodeName", msg: patNode},
 
+		// --- availability: a standby needs a loadBalancer endpoint
+		{name: "gateway/standby-host-network", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Availability = &vpnv1.Availability{Standby: ptrTo(true)}
+		}), field: "spec.availability.standby", msg: "a host-network gateway cannot have a standby yet"},
+		{name: "gateway/standby-floating-ip-pool", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Endpoint = vpnv1.Endpoint{FloatingIPPool: "public"}
+			g.Spec.Availability = &vpnv1.Availability{Standby: ptrTo(true)}
+		}), field: "spec.availability.standby", msg: "a floating-IP gateway cannot have a standby yet"},
+		{name: "gateway/standby-added-to-host-network-on-update", obj: gatewayWith(nil),
+			update: func(o client.Object) {
+				o.(*vpnv1.VPNGateway).Spec.Availability = &vpnv1.Availability{Standby: ptrTo(true)}
+			}, field: "spec.availability.standby", msg: "a host-network gateway cannot have a standby yet"},
+
 		// --- serviceCIDR
 		{name: "gateway/serviceCIDR-outside-cgnat", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.ServiceCIDR = "10.0.0.0/24" }),
 			field: "spec.serviceCIDR", msg: "serviceCIDR must lie inside 100.64.0.0/10"},
@@ -581,6 +594,13 @@ func hostileControls() []hostileControl {
 	}
 	return []hostileControl{
 		{"gateway/baseline", gatewayWith(nil)},
+		{"gateway/standby-load-balancer", gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Endpoint = vpnv1.Endpoint{LoadBalancer: &vpnv1.LoadBalancerEndpoint{}}
+			g.Spec.Availability = &vpnv1.Availability{Standby: ptrTo(true)}
+		})},
+		{"gateway/standby-off-host-network", gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Availability = &vpnv1.Availability{Standby: ptrTo(false)}
+		})},
 		{"gateway/wireguard-baseline", wgGatewayWith(func(*vpnv1.VPNGateway) {})},
 		{"gateway/serviceCIDR-slash16-and-slash28", gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.ServiceCIDR = "100.127.240.0/28" })},
 		{"gateway/name-40-chars-reverse-exposure-22-chars", gatewayWith(func(g *vpnv1.VPNGateway) {

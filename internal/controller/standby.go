@@ -50,10 +50,16 @@ func ensureLease(ctx context.Context, c client.Client, ac *coordinationv1ac.Leas
 		if err := json.Unmarshal(raw, lease); err != nil {
 			return fmt.Errorf("decoding Lease %s: %w", key.Name, err)
 		}
-		if err := c.Create(ctx, lease, client.FieldOwner(FieldOwner)); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating Lease %s: %w", key.Name, err)
+		err = c.Create(ctx, lease, client.FieldOwner(FieldOwner))
+		if !apierrors.IsAlreadyExists(err) {
+			if err != nil {
+				return fmt.Errorf("creating Lease %s: %w", key.Name, err)
+			}
+			return nil
 		}
-		return nil
+		// It exists but the cache does not show it: an agent removed the label the cache
+		// selects by. Its metadata is put back.
+		return applyLeaseMetadata(ctx, c, ac)
 	case err != nil:
 		return fmt.Errorf("reading Lease %s: %w", key.Name, err)
 	}
@@ -72,11 +78,16 @@ func ensureLease(ctx context.Context, c client.Client, ac *coordinationv1ac.Leas
 	if ref := metav1.GetControllerOf(live); labelled && ref != nil {
 		return nil
 	}
-	meta := coordinationv1ac.Lease(key.Name, key.Namespace).
+	return applyLeaseMetadata(ctx, c, ac)
+}
+
+// applyLeaseMetadata server-side applies the Lease's labels and controller reference alone.
+func applyLeaseMetadata(ctx context.Context, c client.Client, ac *coordinationv1ac.LeaseApplyConfiguration) error {
+	meta := coordinationv1ac.Lease(*ac.Name, *ac.Namespace).
 		WithLabels(maps.Clone(ac.Labels)).
 		WithOwnerReferences(&ac.OwnerReferences[0])
 	if err := c.Apply(ctx, meta, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("restoring the labels and owner of Lease %s: %w", key.Name, err)
+		return fmt.Errorf("restoring the labels and owner of Lease %s: %w", *ac.Name, err)
 	}
 	return nil
 }

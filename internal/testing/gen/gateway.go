@@ -39,6 +39,12 @@ func Protocol(p vpnv1.Protocol) GatewayFunc {
 	return func(g *vpnv1.VPNGateway) { g.Spec.Protocol = p }
 }
 
+// Standby sets spec.availability.standby (the API server accepts true with a loadBalancer
+// endpoint only).
+func Standby(on bool) GatewayFunc {
+	return func(g *vpnv1.VPNGateway) { g.Spec.Availability = &vpnv1.Availability{Standby: &on} }
+}
+
 // The endpoint modifiers set spec.endpoint to the one kind they name.
 
 // FloatingIPPool: a floating IP allocated from pool.
