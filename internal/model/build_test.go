@@ -546,3 +546,44 @@ func TestBuildReverseClients(t *testing.T) {
 		t.Errorf("an invalid selector: %v", errs)
 	}
 }
+
+// A gateway's standby is its spec's, else the install's default; only a VPNGateway with a
+// loadBalancer endpoint has one.
+func TestBuildStandby(t *testing.T) {
+	lb := gen.LoadBalancer(vpnv1.LoadBalancerEndpoint{})
+	for _, tc := range []struct {
+		name    string
+		kind    string
+		mods    []gen.GatewayMod
+		install bool
+		want    bool
+	}{
+		{name: "unset", mods: []gen.GatewayMod{lb}},
+		{name: "install-default", mods: []gen.GatewayMod{lb}, install: true, want: true},
+		{name: "spec-on", mods: []gen.GatewayMod{lb, gen.Standby(true)}, want: true},
+		{name: "spec-off-wins", mods: []gen.GatewayMod{lb, gen.Standby(false)}, install: true},
+		{name: "floating-ip-ignores-the-default", mods: []gen.GatewayMod{gen.FloatingIPPool("public")}, install: true},
+		{name: "host-network-ignores-the-default", mods: []gen.GatewayMod{gen.HostNetwork("node-1", "198.51.100.1")}, install: true},
+		{name: "host-network-spec-on", mods: []gen.GatewayMod{gen.HostNetwork("node-1", "198.51.100.1"), gen.Standby(true)}},
+		{name: "legacy", kind: KindIPsecGateway, mods: []gen.GatewayMod{lb}, install: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := testInput()
+			in.Gateway = gen.VPNGatewayFrom(in.Gateway, tc.mods...)
+			in.Config.Standby = tc.install
+			if got := StandbyOf(tc.kind, in.Gateway, in.Config); got != tc.want {
+				t.Errorf("StandbyOf = %v, want %v", got, tc.want)
+			}
+			if tc.kind != "" {
+				return
+			}
+			out, errs := Build(in)
+			if len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			if out.Standby != tc.want {
+				t.Errorf("model Standby = %v, want %v", out.Standby, tc.want)
+			}
+		})
+	}
+}
