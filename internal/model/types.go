@@ -69,9 +69,18 @@ type Endpoint struct {
 	// LoadBalancer settings.
 	LoadBalancerClass string            `json:"loadBalancerClass,omitempty"`
 	Annotations       map[string]string `json:"annotations,omitempty"`
-	// HostNetwork settings.
+	// HostNetwork settings: the node (NodeName), or the nodes a gateway with a standby may
+	// run on (NodeNames, at least two), and the public address (with NodeNames: the VIP
+	// the active pod's agent holds on its node, see MovingAddress).
 	NodeName    string     `json:"nodeName,omitempty"`
+	NodeNames   []string   `json:"nodeNames,omitempty"`
 	HostAddress netip.Addr `json:"hostAddress,omitzero"`
+}
+
+// MovingAddress reports whether the endpoint's public address is a VIP on the node network
+// that moves with the active pod: a host-network endpoint on several nodes.
+func (e Endpoint) MovingAddress() bool {
+	return e.Kind == EndpointHostNetwork && len(e.NodeNames) > 0 && e.HostAddress.IsValid()
 }
 
 // Uplink is the gateway pod's second NIC (an OpenStack port attached through Multus): the

@@ -89,6 +89,9 @@ type Elector struct {
 	ProbePort int
 	// Fence is the standby's fence.
 	Fence FenceControl
+	// Announcer, when set, moves the gateway's address with the role (a host-network
+	// gateway's VIP): claimed on becoming active, released on becoming standby.
+	Announcer Announcer
 	// Dataplane returns the driver (nil before the first configuration); its TakeOver and
 	// StepDown run when implemented.
 	Dataplane func() any
@@ -202,9 +205,30 @@ func (e *Elector) Start(ctx context.Context) error {
 	e.mu.Unlock()
 	e.Log.Info("availability: first role", "role", role, "holder", holder, "leaseRead", known)
 	if role == Active {
-		return e.Fence.Remove(ctx)
+		if err := e.Fence.Remove(ctx); err != nil {
+			return err
+		}
+		return e.claim(ctx)
+	}
+	if err := e.release(ctx); err != nil {
+		return err
 	}
 	return e.Fence.Install(ctx, wgPort)
+}
+
+// claim and release run the Announcer's hooks, when there is one.
+func (e *Elector) claim(ctx context.Context) error {
+	if e.Announcer == nil {
+		return nil
+	}
+	return e.Announcer.Claim(ctx)
+}
+
+func (e *Elector) release(ctx context.Context) error {
+	if e.Announcer == nil {
+		return nil
+	}
+	return e.Announcer.Release(ctx)
 }
 
 // Prepare follows the gateway's model before the driver applies it (agent.Engine's
@@ -599,6 +623,9 @@ func (e *Elector) takeOver(ctx context.Context, in Inputs, reason string) {
 	if err := e.Fence.Remove(ctx); err != nil {
 		e.Log.Error(err, "availability: active, but the fence stays")
 	}
+	if err := e.claim(ctx); err != nil {
+		e.Log.Error(err, "availability: active, but the gateway's address is not claimed")
+	}
 	e.Log.Info("availability: active", "reason", reason, "from", from)
 	if reason == ReasonResumed {
 		return
@@ -656,6 +683,10 @@ func (e *Elector) stepDown(ctx context.Context, reason string) {
 	wgPort := e.wgPort
 	e.mu.Unlock()
 	e.Log.Info("availability: standby", "reason", reason)
+	// The address goes first: from then on the sites' packets reach the other node.
+	if err := e.release(ctx); err != nil {
+		e.Log.Error(err, "availability: standby, but the gateway's address is still held")
+	}
 	if err := e.Fence.Install(ctx, wgPort); err != nil {
 		// Without the fence, ending the SAs would send DELETEs to the sites.
 		e.Log.Error(err, "availability: standby, but not fenced; the tunnels are left alone")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"sync"
@@ -21,9 +22,17 @@ const removeFence = "table inet " + FenceTable + " {}\ndelete table inet " + Fen
 // WireGuard listen port in both directions, so a standby's charon or WireGuard device, fully
 // configured, neither answers nor reaches a site. The pod's other traffic (the API server,
 // the probes of the metrics port, DNS) passes.
+//
+// On the host network (Scope set: the gateway's VIP) the fence drops only IKE and ESP to and
+// from the VIP, and the WireGuard listen port (the gateway's own on its node): the node's own
+// IKE and the other gateways' traffic on the node pass. The VIP's absence from a standby's
+// node (VIP.Release) is what keeps the sites' packets away; the scoped fence only keeps a
+// standby that still held the VIP from answering.
 type Fence struct {
 	// NFT is the nft binary; "nft" from PATH when empty.
 	NFT string
+	// Scope limits the IKE and ESP rules to this address (invalid: every address).
+	Scope netip.Addr
 
 	mu sync.Mutex
 	// installed: the table is in place with wgPort.
@@ -33,6 +42,16 @@ type Fence struct {
 
 // FenceRuleset is the fence's nft script for the WireGuard listen port wgPort (0: none known).
 func FenceRuleset(wgPort uint16) string {
+	return FenceRulesetFor(netip.Addr{}, wgPort)
+}
+
+// FenceRulesetFor is FenceRuleset with the IKE and ESP rules limited to scope (the VIP of a
+// host-network gateway) when it is valid.
+func FenceRulesetFor(scope netip.Addr, wgPort uint16) string {
+	in, out := "", ""
+	if scope.IsValid() {
+		in, out = "ip daddr "+scope.String()+" ", "ip saddr "+scope.String()+" "
+	}
 	wg := ""
 	if wgPort != 0 {
 		wg = fmt.Sprintf("\t\tudp dport %d drop\n", wgPort)
@@ -44,14 +63,14 @@ func FenceRuleset(wgPort uint16) string {
 	return removeFence + `table inet ` + FenceTable + ` {
 	chain input {
 		type filter hook input priority filter - 20; policy accept;
-		udp dport { 500, 4500 } drop
-		meta l4proto esp drop
+		` + in + `udp dport { 500, 4500 } drop
+		` + in + `meta l4proto esp drop
 ` + wg + `	}
 	chain output {
 		type filter hook output priority filter - 20; policy accept;
-		udp sport { 500, 4500 } drop
-		udp dport { 500, 4500 } drop
-		meta l4proto esp drop
+		` + out + `udp sport { 500, 4500 } drop
+		` + out + `udp dport { 500, 4500 } drop
+		` + out + `meta l4proto esp drop
 ` + wgOut + `	}
 }
 `
@@ -62,7 +81,7 @@ func FenceRuleset(wgPort uint16) string {
 func (f *Fence) Install(ctx context.Context, wgPort uint16) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.load(ctx, FenceRuleset(wgPort)); err != nil {
+	if err := f.load(ctx, FenceRulesetFor(f.Scope, wgPort)); err != nil {
 		return fmt.Errorf("installing the standby fence: %w", err)
 	}
 	f.installed, f.wgPort = true, wgPort

@@ -231,10 +231,15 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 
 // localAddress is what charon binds the gateway's IKE SAs to: the uplink's address when the
 // tunnels use a second NIC (the cloud translates the floating IP to that address only, and
-// its packets leave through that NIC), any address otherwise.
+// its packets leave through that NIC), the VIP of a host-network gateway with a standby (the
+// sites accept IKE from that address only, and it is on the active pod's node alone), any
+// address otherwise.
 func localAddress(gw *model.Gateway) string {
 	if gw.Uplink != nil && gw.Uplink.Address.IsValid() {
 		return gw.Uplink.Address.Addr().String()
+	}
+	if gw.Endpoint.MovingAddress() {
+		return gw.Endpoint.HostAddress.String()
 	}
 	return anyAddress
 }
