@@ -159,6 +159,13 @@ func (v *VIP) Release(ctx context.Context) error {
 	})
 }
 
+// Close stops the repeats of the last Claim's announcement (the VIP stays where it is).
+func (v *VIP) Close() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.stopRepeats()
+}
+
 // Held reports whether an interface holds the VIP.
 func (v *VIP) Held() (bool, error) {
 	held := false
