@@ -215,8 +215,8 @@ func vipBundle(t *testing.T, s *site) *render.Bundle {
 		Endpoint: model.Endpoint{Kind: model.EndpointHostNetwork, NodeNames: []string{"node-a", "node-b"},
 			HostAddress: netip.MustParseAddr(vipAddr)},
 		PublicAddress: vipAddr, Standby: true,
-		ServiceCIDR:   netip.MustParsePrefix(serviceCIDR),
-		LocalAddress:  netip.MustParseAddr(gwService),
+		ServiceCIDR:  netip.MustParsePrefix(serviceCIDR),
+		LocalAddress: netip.MustParseAddr(gwService),
 		IPsec: &model.IPsecGateway{
 			IKEVersion: 2, IKEProposals: []string{ikeProposal}, LocalID: gwLocalID,
 			DPDDelay: time.Second, DPDAction: "restart", RekeyTime: 4 * time.Hour,
@@ -246,7 +246,9 @@ func (f *vipFixture) startAgent(n *hostNode, pod string) {
 	t.Helper()
 	n.once = sync.Once{}
 	n.done = make(chan struct{})
-	log := funcr.New(func(prefix, args string) { t.Logf("%s %s: %s %s", time.Now().Format("15:04:05.000"), pod, prefix, args) }, funcr.Options{})
+	log := funcr.New(func(prefix, args string) {
+		t.Logf("%s %s: %s %s", time.Now().Format("15:04:05.000"), pod, prefix, args)
+	}, funcr.Options{})
 	n.vip.Log = log
 	n.el = &availability.Elector{
 		Leases: f.cs.CoordinationV1(), Namespace: "default", Lease: f.lease, Gateway: "acme",
