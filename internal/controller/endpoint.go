@@ -63,7 +63,7 @@ func modelEndpoint(ep vpnv1.Endpoint) model.Endpoint {
 		return model.Endpoint{Kind: model.EndpointLoadBalancer, LoadBalancerClass: ep.LoadBalancer.LoadBalancerClass, Annotations: ep.LoadBalancer.Annotations}
 	case ep.HostNetwork != nil:
 		a, _ := netip.ParseAddr(ep.HostNetwork.Address)
-		return model.Endpoint{Kind: model.EndpointHostNetwork, NodeName: ep.HostNetwork.NodeName, HostAddress: a}
+		return model.Endpoint{Kind: model.EndpointHostNetwork, NodeName: ep.HostNetwork.NodeName, NodeNames: ep.HostNetwork.Nodes, HostAddress: a}
 	}
 	return model.Endpoint{}
 }

@@ -171,7 +171,7 @@ func Resolve(in Input) (*Params, error) {
 	case e.FloatingIP != "":
 		p.Endpoint = "floatingIP:" + e.FloatingIP
 	case e.HostNetwork != nil:
-		p.Endpoint = "hostNetwork:" + e.HostNetwork.NodeName
+		p.Endpoint = "hostNetwork:" + hostNodes(e.HostNetwork)
 		if e.HostNetwork.Address != "" {
 			p.Endpoint += "@" + e.HostNetwork.Address
 		}
@@ -262,4 +262,13 @@ func EffectiveIKE(s *vpnv1.IPsecGatewaySettings) (*model.IPsecGateway, error) {
 		return nil, fmt.Errorf("%s", errs[0].Error())
 	}
 	return m.IPsec, nil
+}
+
+// hostNodes is a host-network endpoint's node, or its nodes joined by commas (a gateway with
+// a standby).
+func hostNodes(hn *vpnv1.HostNetworkEndpoint) string {
+	if len(hn.Nodes) > 0 {
+		return strings.Join(hn.Nodes, ",")
+	}
+	return hn.NodeName
 }

@@ -574,10 +574,17 @@ func (im *importer) endpoint(g SheetGateway, gw *vpnv1.VPNGateway) {
 		}
 	case "hostnetwork":
 		node, addr, _ := strings.Cut(arg, "@")
-		if node == "" || !hostName.MatchString(node) {
-			im.fail("gateway.endpoint", "hostNetwork:<node>[@<address>] expected, got %q", g.Endpoint)
+		nodes := strings.Split(node, ",")
+		for _, n := range nodes {
+			if n == "" || !hostName.MatchString(n) {
+				im.fail("gateway.endpoint", "hostNetwork:<node>[,<node>...][@<address>] expected, got %q", g.Endpoint)
+			}
 		}
 		e.HostNetwork = &vpnv1.HostNetworkEndpoint{NodeName: node}
+		if len(nodes) > 1 {
+			// A gateway with a standby on several nodes, the address its VIP.
+			e.HostNetwork = &vpnv1.HostNetworkEndpoint{Nodes: nodes}
+		}
 		if addr != "" {
 			if _, err := netip.ParseAddr(addr); err != nil {
 				im.fail("gateway.endpoint", "%q is not an IP address", addr)

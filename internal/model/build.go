@@ -129,6 +129,16 @@ func Build(in Input) (*Gateway, []Error) {
 
 	out.Endpoint = buildEndpoint(gw.Spec.Endpoint, &errs)
 	out.Standby = StandbyOf(in.Kind, gw, in.Config)
+	if len(out.Endpoint.NodeNames) > 0 {
+		switch {
+		case in.Kind != "":
+			errs.add(ReasonInvalidSpec, "spec.endpoint.hostNetwork.nodes", "an IPsecGateway has no standby: name its node with nodeName")
+		case out.Protocol == ProtocolWireGuard:
+			errs.add(ReasonInvalidSpec, "spec.endpoint.hostNetwork.nodes", "a WireGuard gateway cannot move its address between nodes yet")
+		case !out.Standby:
+			errs.add(ReasonInvalidSpec, "spec.endpoint.hostNetwork.nodes", "nodes is for a gateway with a standby: set spec.availability.standby to true")
+		}
+	}
 
 	cidrOK := buildServiceCIDR(gw, in.ServiceCIDR, out, &errs)
 
@@ -206,12 +216,20 @@ func Build(in Input) (*Gateway, []Error) {
 }
 
 // StandbyOf is whether a gateway runs a standby pod: its spec.availability.standby, or the
-// install's default (Config.Standby) when that is unset. Only a VPNGateway with a
-// loadBalancer endpoint has one: a host-network gateway's address is its node's, and a
-// floating IP does not follow the active pod yet (admission refuses spec.availability.standby
-// for both; the install's default does not apply to them). A legacy IPsecGateway has none.
+// install's default (Config.Standby) when that is unset. A VPNGateway with a loadBalancer
+// endpoint may have one; a host-network gateway only when it says so itself and names its
+// nodes and address (the VIP that moves to the active pod's node); a floating IP does not
+// follow the active pod yet (admission refuses spec.availability.standby there; the
+// install's default applies to neither). A legacy IPsecGateway has none.
 func StandbyOf(kind string, gw *vpnv1.VPNGateway, cfg Config) bool {
-	if kind != "" || gw.Spec.Endpoint.LoadBalancer == nil {
+	if kind != "" {
+		return false
+	}
+	if hn := gw.Spec.Endpoint.HostNetwork; hn != nil {
+		a := gw.Spec.Availability
+		return len(hn.Nodes) > 0 && hn.Address != "" && a != nil && a.Standby != nil && *a.Standby
+	}
+	if gw.Spec.Endpoint.LoadBalancer == nil {
 		return false
 	}
 	if a := gw.Spec.Availability; a != nil && a.Standby != nil {
@@ -280,18 +298,50 @@ func buildEndpoint(e vpnv1.Endpoint, errs *errList) Endpoint {
 			}
 		}
 	case e.HostNetwork != nil:
+		hn := e.HostNetwork
 		out.Kind = EndpointHostNetwork
-		out.NodeName = e.HostNetwork.NodeName
-		if out.NodeName == "" {
+		out.NodeName = hn.NodeName
+		switch {
+		case len(hn.Nodes) > 0 && hn.NodeName != "":
+			errs.add(ReasonInvalidSpec, "spec.endpoint.hostNetwork.nodes", "nodes and nodeName are exclusive")
+		case len(hn.Nodes) > 0:
+			out.NodeNames = buildNodeNames(hn.Nodes, errs)
+		case out.NodeName == "":
 			errs.add(ReasonInvalidSpec, "spec.endpoint.hostNetwork.nodeName", "node name is empty")
 		}
-		if e.HostNetwork.Address != "" {
-			a, err := netip.ParseAddr(e.HostNetwork.Address)
+		if hn.Address != "" {
+			a, err := netip.ParseAddr(hn.Address)
 			if err != nil || a.IsUnspecified() || a.Zone() != "" {
-				errs.add(ReasonInvalidSpec, "spec.endpoint.hostNetwork.address", "%q is not an IP address", e.HostNetwork.Address)
+				errs.add(ReasonInvalidSpec, "spec.endpoint.hostNetwork.address", "%q is not an IP address", hn.Address)
 			}
 			out.HostAddress = a
 		}
+		if len(hn.Nodes) > 0 && (!out.HostAddress.Is4() || !out.HostAddress.IsGlobalUnicast()) {
+			errs.add(ReasonInvalidSpec, "spec.endpoint.hostNetwork.address", "with nodes, address is the VIP the active pod's node holds: an IPv4 unicast address (got %q)", hn.Address)
+		}
+	}
+	return out
+}
+
+// buildNodeNames checks the nodes of a host-network gateway with a standby: at least two,
+// each once, none empty.
+func buildNodeNames(nodes []string, errs *errList) []string {
+	const field = "spec.endpoint.hostNetwork.nodes"
+	seen := map[string]bool{}
+	out := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		switch {
+		case n == "":
+			errs.add(ReasonInvalidSpec, field, "a node name is empty")
+		case seen[n]:
+			errs.add(ReasonInvalidSpec, field, "node %q is named twice", n)
+		default:
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	if len(out) < 2 {
+		errs.add(ReasonInvalidSpec, field, "a gateway with a standby needs at least two nodes, got %d", len(out))
 	}
 	return out
 }

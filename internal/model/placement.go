@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 )
 
 // Placement is what a gateway's agent knows of itself without reading the model: which
@@ -22,6 +23,11 @@ type Placement struct {
 	NodeName string
 	// ServiceCIDR the pod was started for; invalid when unknown (checked only when valid).
 	ServiceCIDR netip.Prefix
+	// VIP is the address a host-network gateway with a standby moves to the active pod's
+	// node (the agent adds it to the node's interface); invalid for every other gateway. The
+	// model's must be the same: the agent never puts an address on a node that the pod's
+	// spec does not name.
+	VIP netip.Addr
 }
 
 // Check reports every way g disagrees with the placement, joined; nil when it agrees.
@@ -41,8 +47,18 @@ func (p Placement) Check(g *Gateway) error {
 	case !p.HostNetwork && modelHost:
 		bad("the model's endpoint is %q, but this pod runs in its own network namespace", g.Endpoint.Kind)
 	}
-	if modelHost && p.NodeName != "" && g.Endpoint.NodeName != p.NodeName {
+	moving := modelHost && len(g.Endpoint.NodeNames) > 0
+	switch {
+	case moving && p.NodeName != "" && !slices.Contains(g.Endpoint.NodeNames, p.NodeName):
+		bad("the model's endpoint is on nodes %q, but this pod runs on node %q", g.Endpoint.NodeNames, p.NodeName)
+	case modelHost && !moving && p.NodeName != "" && g.Endpoint.NodeName != p.NodeName:
 		bad("the model's endpoint is on node %q, but this pod runs on node %q", g.Endpoint.NodeName, p.NodeName)
+	}
+	switch {
+	case moving && g.Endpoint.HostAddress != p.VIP:
+		bad("the model's VIP is %s, but this pod was started for VIP %s", addrOrNone(g.Endpoint.HostAddress), addrOrNone(p.VIP))
+	case !moving && p.VIP.IsValid():
+		bad("this pod was started for VIP %s, but the model's endpoint has none", p.VIP)
 	}
 	if p.ServiceCIDR.IsValid() && g.ServiceCIDR != p.ServiceCIDR {
 		bad("the model's service CIDR is %s, but this pod was started for %s", g.ServiceCIDR, p.ServiceCIDR)
@@ -51,4 +67,11 @@ func (p Placement) Check(g *Gateway) error {
 		return fmt.Errorf("the model disagrees with where this agent runs: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+func addrOrNone(a netip.Addr) string {
+	if !a.IsValid() {
+		return "none"
+	}
+	return a.String()
 }

@@ -11,6 +11,7 @@ import (
 //
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.serviceCIDR) || (has(self.serviceCIDR) && self.serviceCIDR == oldSelf.serviceCIDR)",message="serviceCIDR cannot be changed or removed once set: clients configure it as their remote network",fieldPath=".serviceCIDR"
 // +kubebuilder:validation:XValidation:rule="!has(self.exposures) || !has(self.reverseExposures) || self.exposures.all(e, self.reverseExposures.all(r, r.name != e.name))",message="exposure and reverse exposure names must be distinct",fieldPath=".reverseExposures"
+// +kubebuilder:validation:XValidation:rule="!has(self.endpoint.hostNetwork) || !has(self.endpoint.hostNetwork.nodes)",message="an IPsecGateway has no standby: name its node with nodeName (a VPNGateway with a standby uses nodes)",fieldPath=".endpoint.hostNetwork.nodes"
 type IPsecGatewaySpec struct {
 	// Mode: snat (default); routed is not yet implemented.
 	// +kubebuilder:default=snat

@@ -12,7 +12,9 @@ import (
 // +kubebuilder:validation:XValidation:rule="self.protocol != 'ipsec' || !has(self.wireguard)",message="wireguard settings are not allowed on an ipsec gateway",fieldPath=".wireguard"
 // +kubebuilder:validation:XValidation:rule="self.protocol != 'wireguard' || !has(self.ipsec)",message="ipsec settings are not allowed on a wireguard gateway",fieldPath=".ipsec"
 // +kubebuilder:validation:XValidation:rule="!has(self.exposures) || !has(self.reverseExposures) || self.exposures.all(e, self.reverseExposures.all(r, r.name != e.name))",message="exposure and reverse exposure names must be distinct",fieldPath=".reverseExposures"
-// +kubebuilder:validation:XValidation:rule="!has(self.availability) || !has(self.availability.standby) || !self.availability.standby || !has(self.endpoint.hostNetwork)",message="a host-network gateway cannot have a standby yet (its address cannot move to another node); use a loadBalancer endpoint",fieldPath=".availability.standby"
+// +kubebuilder:validation:XValidation:rule="!has(self.availability) || !has(self.availability.standby) || !self.availability.standby || !has(self.endpoint.hostNetwork) || has(self.endpoint.hostNetwork.nodes)",message="a host-network gateway with a standby needs endpoint.hostNetwork.nodes (the nodes its two pods may run on) and endpoint.hostNetwork.address (the VIP that moves to the active pod's node) instead of nodeName",fieldPath=".availability.standby"
+// +kubebuilder:validation:XValidation:rule="!has(self.endpoint.hostNetwork) || !has(self.endpoint.hostNetwork.nodes) || (has(self.availability) && has(self.availability.standby) && self.availability.standby)",message="endpoint.hostNetwork.nodes is for a gateway with a standby: set availability.standby to true, or name one node with nodeName",fieldPath=".endpoint.hostNetwork.nodes"
+// +kubebuilder:validation:XValidation:rule="!has(self.endpoint.hostNetwork) || !has(self.endpoint.hostNetwork.nodes) || self.protocol != 'wireguard'",message="a WireGuard gateway cannot move its address between nodes yet (the WireGuard device cannot bind to the VIP): use nodeName, or a loadBalancer endpoint for a standby",fieldPath=".endpoint.hostNetwork.nodes"
 // +kubebuilder:validation:XValidation:rule="!has(self.availability) || !has(self.availability.standby) || !self.availability.standby || !(has(self.endpoint.floatingIP) || has(self.endpoint.floatingIPPool))",message="a floating-IP gateway cannot have a standby yet (the floating IP does not follow the active pod); use a loadBalancer endpoint",fieldPath=".availability.standby"
 type VPNGatewaySpec struct {
 	// Protocol of the gateway and all its peers. Immutable: switching protocol is delete and recreate.
@@ -77,7 +79,8 @@ type Availability struct {
 	// Standby runs a second, fully configured gateway pod on another node that takes over the
 	// tunnels within about a second when the active pod fails, and when it is stopped (a
 	// rollout, a drain). Unset: the operator's default (--gateway-standby). Needs a
-	// loadBalancer endpoint: a host-network or floating-IP gateway cannot have a standby yet.
+	// loadBalancer endpoint, or a hostNetwork endpoint with nodes and address (the VIP that
+	// moves to the active pod's node); a floating-IP gateway cannot have a standby yet.
 	// +optional
 	Standby *bool `json:"standby,omitempty"`
 }
@@ -122,14 +125,36 @@ type LoadBalancerEndpoint struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
-// HostNetworkEndpoint pins the gateway to a node and uses that node's address.
+// HostNetworkEndpoint pins the gateway to a node and uses that node's address; or, for a
+// gateway with a standby, runs its two pods on two of the given nodes, and the active pod's
+// node holds address (a VIP on the node network) and announces it.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.nodeName) || has(self.nodes)",message="nodeName is required (or nodes, for a gateway with a standby)",fieldPath=".nodeName"
+// +kubebuilder:validation:XValidation:rule="!has(self.nodeName) || !has(self.nodes)",message="nodes and nodeName are exclusive: nodes for a gateway with a standby, nodeName for one pod",fieldPath=".nodes"
+// +kubebuilder:validation:XValidation:rule="!has(self.nodes) || has(self.address)",message="a host-network gateway on several nodes needs address: the VIP, on the nodes' network, that the active pod's node holds",fieldPath=".address"
+// +kubebuilder:validation:XValidation:rule="!has(self.nodes) || !has(self.address) || (isIP(self.address) && ip(self.address).family() == 4 && ip(self.address).isGlobalUnicast())",message="with nodes, address is a VIP: an IPv4 unicast address (announced by ARP)",fieldPath=".address"
 type HostNetworkEndpoint struct {
-	// NodeName of the node to run on.
+	// NodeName of the node to run on. Required unless nodes is set.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
-	NodeName string `json:"nodeName"`
-	// Address is the public address peers connect to; defaults to the node's address.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// Nodes the pods of a gateway with a standby may run on (spec.availability.standby: true),
+	// two of them at a time, never both on one node; instead of nodeName. The nodes must share
+	// the network address is on.
+	// +kubebuilder:validation:MinItems=2
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +listType=set
+	// +optional
+	Nodes []string `json:"nodes,omitempty"`
+	// Address is the public address peers connect to; defaults to the node's address. With
+	// nodes it is required: the VIP the active pod's agent adds to its node's interface on
+	// the address's network and announces (gratuitous ARP), and removes when it steps down;
+	// the tunnels use it as their local address.
 	// +kubebuilder:validation:MaxLength=45
 	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="address must be an IP address"
 	// +optional

@@ -51,9 +51,29 @@ type Config struct {
 // node, or nothing.
 func NodeName(gw *vpnv1.VPNGateway) []string {
 	if hn := gw.Spec.Endpoint.HostNetwork; hn != nil {
-		return []string{hn.NodeName}
+		return specNodes(hn)
 	}
 	return nil
+}
+
+// specNodes are the nodes a host-network endpoint may run on: its nodes (a gateway with a
+// standby), or its node.
+func specNodes(hn *vpnv1.HostNetworkEndpoint) []string {
+	if len(hn.Nodes) > 0 {
+		return hn.Nodes
+	}
+	return []string{hn.NodeName}
+}
+
+// modelNodes is specNodes of the model's endpoint.
+func modelNodes(ep model.Endpoint) []string {
+	if len(ep.NodeNames) > 0 {
+		return ep.NodeNames
+	}
+	if ep.NodeName == "" {
+		return nil
+	}
+	return []string{ep.NodeName}
 }
 
 // Provider is the host network endpoint provider.
@@ -78,8 +98,11 @@ func (p *Provider) Ensure(ctx context.Context, req cloud.Request) (cloud.Result,
 		return cloud.Failed(cloud.Terminalf(cloud.ReasonInvalidConfiguration, 0, "%v", err)), nil
 	}
 	ep := req.Endpoint
-	if ep.Kind != model.EndpointHostNetwork || ep.NodeName == "" {
+	if ep.Kind != model.EndpointHostNetwork || len(modelNodes(ep)) == 0 {
 		return cloud.Failed(cloud.Terminalf(cloud.ReasonInvalidConfiguration, 0, "gateway %s: the host network provider needs a hostNetwork endpoint with a node name", req)), nil
+	}
+	if len(ep.NodeNames) > 0 {
+		return p.ensureNodes(ctx, req)
 	}
 
 	node := &corev1.Node{}
@@ -101,7 +124,7 @@ func (p *Provider) Ensure(ctx context.Context, req cloud.Request) (cloud.Result,
 			"node %q reports no ExternalIP or InternalIP; set spec.endpoint.hostNetwork.address", ep.NodeName)), nil
 	}
 
-	if e, err := p.conflict(ctx, req); err != nil {
+	if e, err := p.conflict(ctx, req, ep.NodeName); err != nil {
 		return cloud.Settle(err)
 	} else if e != nil {
 		return cloud.Failed(e), nil
@@ -110,6 +133,44 @@ func (p *Provider) Ensure(ctx context.Context, req cloud.Request) (cloud.Result,
 		PublicAddress: addr, Ready: true, Reason: cloud.ReasonReady,
 		Message: fmt.Sprintf("host network on node %s, %s %s", ep.NodeName, how, addr),
 		Pod:     cloud.PodNetwork{HostNetwork: true, NodeName: ep.NodeName},
+	}, nil
+}
+
+// ensureNodes is Ensure for a gateway with a standby on several nodes: the public address is
+// the VIP the spec names (the active pod's agent holds it on its node); two of the nodes must
+// exist, and none may run an older host-network gateway.
+func (p *Provider) ensureNodes(ctx context.Context, req cloud.Request) (cloud.Result, error) {
+	ep := req.Endpoint
+	if !ep.HostAddress.Is4() {
+		return cloud.Failed(cloud.Terminalf(cloud.ReasonInvalidConfiguration, 0,
+			"gateway %s: a host-network gateway on nodes %s needs spec.endpoint.hostNetwork.address, the VIP", req, strings.Join(ep.NodeNames, ", "))), nil
+	}
+	var missing []string
+	for _, name := range ep.NodeNames {
+		err := p.r.Get(ctx, types.NamespacedName{Name: name}, &corev1.Node{})
+		switch {
+		case apierrors.IsNotFound(err):
+			missing = append(missing, name)
+		case err != nil:
+			return cloud.Settle(apiError(err, fmt.Sprintf("reading node %q", name)))
+		}
+	}
+	if len(ep.NodeNames)-len(missing) < 2 {
+		return cloud.Failed(cloud.Terminalf(cloud.ReasonNotFound, p.cfg.Recheck,
+			"nodes %s do not exist: a gateway with a standby needs two of its nodes", strings.Join(missing, ", "))), nil
+	}
+	for _, name := range ep.NodeNames {
+		if e, err := p.conflict(ctx, req, name); err != nil {
+			return cloud.Settle(err)
+		} else if e != nil {
+			return cloud.Failed(e), nil
+		}
+	}
+	addr := ep.HostAddress.String()
+	return cloud.Result{
+		PublicAddress: addr, Ready: true, Reason: cloud.ReasonReady,
+		Message: fmt.Sprintf("host network on nodes %s, VIP %s on the active pod's node", strings.Join(ep.NodeNames, ", "), addr),
+		Pod:     cloud.PodNetwork{HostNetwork: true},
 	}, nil
 }
 
@@ -145,13 +206,13 @@ func nodeAddress(node *corev1.Node) (string, string) {
 	return "", ""
 }
 
-// conflict finds the oldest other host-network gateway on the same node, if it is older than
-// the requesting one.
-func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Error, error) {
+// conflict finds the oldest other host-network gateway that may run on node, if it is older
+// than the requesting one.
+func (p *Provider) conflict(ctx context.Context, req cloud.Request, node string) (*cloud.Error, error) {
 	var list vpnv1.VPNGatewayList
 	var opts []client.ListOption
 	if p.cfg.NodeIndex != "" {
-		opts = append(opts, client.MatchingFields{p.cfg.NodeIndex: req.Endpoint.NodeName})
+		opts = append(opts, client.MatchingFields{p.cfg.NodeIndex: node})
 	}
 	if err := p.r.List(ctx, &list, opts...); err != nil {
 		return nil, apiError(err, "listing VPNGateways")
@@ -232,7 +293,7 @@ func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Erro
 	for i := range list.Items {
 		gw := &list.Items[i]
 		hn := gw.Spec.Endpoint.HostNetwork
-		if gw.UID == req.UID || hn == nil || hn.NodeName != req.Endpoint.NodeName {
+		if gw.UID == req.UID || hn == nil || !slices.Contains(specNodes(hn), node) {
 			continue
 		}
 		if !before(ageOf(gw), self) {
@@ -256,7 +317,7 @@ func (p *Provider) conflict(ctx context.Context, req cloud.Request) (*cloud.Erro
 	}
 	return cloud.Terminalf(cloud.ReasonConflict, p.cfg.Recheck,
 		"node %s already runs the older host-network gateway %s%s/%s%s (%s, %s); a node holds one host-network gateway: its firewall table and tunnel device are the node's",
-		req.Endpoint.NodeName, kindOf(winner), winner.Namespace, winner.Name, note, winner.Spec.Protocol, describePorts(gatewayPorts(winner))), nil
+		node, kindOf(winner), winner.Namespace, winner.Name, note, winner.Spec.Protocol, describePorts(gatewayPorts(winner))), nil
 }
 
 // gatewayPorts are the UDP ports a gateway binds on its node.

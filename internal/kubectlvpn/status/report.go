@@ -4,6 +4,7 @@
 package status
 
 import (
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -211,7 +212,7 @@ func endpointOf(e vpnv1.Endpoint) EndpointReport {
 	case e.FloatingIP != "":
 		return EndpointReport{Kind: "floatingIP", Detail: e.FloatingIP}
 	case e.HostNetwork != nil:
-		d := e.HostNetwork.NodeName
+		d := hostNodes(e.HostNetwork)
 		if e.HostNetwork.Address != "" {
 			d += "@" + e.HostNetwork.Address
 		}
@@ -346,4 +347,13 @@ func availabilityOf(gw *vpnv1.VPNGateway) *AvailabilityReport {
 		r.StandbyPods = append(r.StandbyPods, a.StandbyPods...)
 	}
 	return r
+}
+
+// hostNodes is a host-network endpoint's node, or its nodes joined by commas (a gateway with
+// a standby).
+func hostNodes(hn *vpnv1.HostNetworkEndpoint) string {
+	if len(hn.Nodes) > 0 {
+		return strings.Join(hn.Nodes, ",")
+	}
+	return hn.NodeName
 }

@@ -398,11 +398,27 @@ func validate(gw *model.Gateway, owner metav1.OwnerReference, opts *Options) err
 		bad("unknown protocol %q", gw.Protocol)
 	}
 
-	if gw.Endpoint.Kind == model.EndpointHostNetwork && gw.Endpoint.NodeName == "" {
-		bad("hostNetwork endpoint has no node name")
+	if ep := gw.Endpoint; ep.Kind == model.EndpointHostNetwork {
+		switch {
+		case len(ep.NodeNames) > 0 && ep.NodeName != "":
+			bad("hostNetwork endpoint has both a node name and nodes")
+		case len(ep.NodeNames) == 0 && ep.NodeName == "":
+			bad("hostNetwork endpoint has no node name")
+		case len(ep.NodeNames) == 1:
+			bad("hostNetwork endpoint has one node in nodes; a standby needs two")
+		case len(ep.NodeNames) > 0 && !ep.HostAddress.Is4():
+			bad("hostNetwork endpoint on nodes %v has no IPv4 VIP", ep.NodeNames)
+		case len(ep.NodeNames) > 0 && !gw.Standby:
+			bad("hostNetwork endpoint on nodes %v without a standby", ep.NodeNames)
+		}
+		for _, n := range ep.NodeNames {
+			if n == "" {
+				bad("hostNetwork endpoint names an empty node")
+			}
+		}
 	}
-	if gw.Standby && gw.Endpoint.Kind != model.EndpointLoadBalancer {
-		bad("a standby needs a loadBalancer endpoint, not %q", gw.Endpoint.Kind)
+	if gw.Standby && gw.Endpoint.Kind != model.EndpointLoadBalancer && !gw.Endpoint.MovingAddress() {
+		bad("a standby needs a loadBalancer endpoint, or a hostNetwork endpoint with nodes and a VIP, not %q", gw.Endpoint.Kind)
 	}
 	for i, p := range gw.InternalSourceCIDRs {
 		if !p.IsValid() {

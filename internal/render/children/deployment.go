@@ -315,7 +315,8 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 
 	if hostNetwork {
 		// The gateway answers on the node's own address: run in the host's network namespace
-		// on exactly that node. Pinned by node affinity, not nodeName: the scheduler then keeps
+		// on exactly that node (with a standby: on the nodes named, which share the network of
+		// the VIP the active pod's node holds). Pinned by node affinity, not nodeName: the scheduler then keeps
 		// a replacement pod Pending until the old one has released the node's tunnel ports
 		// (with nodeName the kubelet rejects it, NodePorts, and failed pods pile up). Pod
 		// sysctls are not allowed with hostNetwork; forwarding on the node is the node's
@@ -329,7 +330,7 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 						WithMatchFields(corev1ac.NodeSelectorRequirement().
 							WithKey("metadata.name").
 							WithOperator(corev1.NodeSelectorOpIn).
-							WithValues(gw.Endpoint.NodeName))))))
+							WithValues(hostNodes(gw)...))))))
 	} else {
 		// The gateway forwards between the tunnel and the cluster inside its own network
 		// namespace. net.ipv4.ip_forward is an "unsafe" sysctl for the kubelet: every node that
@@ -381,7 +382,18 @@ func placementArgs(gw *model.Gateway) []string {
 	if gw.ServiceCIDR.IsValid() {
 		args = append(args, "--service-cidr", gw.ServiceCIDR.String())
 	}
+	if gw.Endpoint.MovingAddress() {
+		args = append(args, "--vip", gw.Endpoint.HostAddress.String())
+	}
 	return args
+}
+
+// hostNodes are the nodes a host-network gateway's pods may run on.
+func hostNodes(gw *model.Gateway) []string {
+	if len(gw.Endpoint.NodeNames) > 0 {
+		return gw.Endpoint.NodeNames
+	}
+	return []string{gw.Endpoint.NodeName}
 }
 
 // nodeNameEnv is NODE_NAME, the node the pod runs on, from the downward API. The field

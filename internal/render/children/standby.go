@@ -111,11 +111,16 @@ func standbyAgent(gw *model.Gateway, agent *corev1ac.ContainerApplyConfiguration
 // standbyDeployment makes the Deployment run an active and a standby pod: two replicas on
 // different nodes (required anti-affinity among the gateway's pods), replaced one at a time
 // without a third (maxSurge 0: the node's tunnel ports and the gateway's Lease know two pods).
+//
+// A host-network gateway's node affinity (its nodes) is kept beside the anti-affinity.
 func standbyDeployment(gw *model.Gateway, spec *appsv1ac.DeploymentSpecApplyConfiguration, podSpec *corev1ac.PodSpecApplyConfiguration) {
-	podSpec.WithAffinity(corev1ac.Affinity().WithPodAntiAffinity(corev1ac.PodAntiAffinity().
+	if podSpec.Affinity == nil {
+		podSpec.WithAffinity(corev1ac.Affinity())
+	}
+	podSpec.Affinity.WithPodAntiAffinity(corev1ac.PodAntiAffinity().
 		WithRequiredDuringSchedulingIgnoredDuringExecution(corev1ac.PodAffinityTerm().
 			WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(selectorOf(gw))).
-			WithTopologyKey(hostnameTopologyKey))))
+			WithTopologyKey(hostnameTopologyKey)))
 	spec.WithReplicas(StandbyReplicas).
 		WithStrategy(appsv1ac.DeploymentStrategy().
 			WithType(appsv1.RollingUpdateDeploymentStrategyType).
