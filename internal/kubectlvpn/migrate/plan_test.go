@@ -125,7 +125,7 @@ func TestPlanMigration(t *testing.T) {
 			g.Spec.Endpoint = vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{NodeName: "node-1"}}
 		},
 		check: func(t *testing.T, p *Plan) {
-			if ep := p.Gateway.Spec.Endpoint; ep.HostNetwork == nil || *ep.HostNetwork != (vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.7"}) {
+			if ep := p.Gateway.Spec.Endpoint; ep.HostNetwork == nil || !reflect.DeepEqual(*ep.HostNetwork, vpnv1.HostNetworkEndpoint{NodeName: "node-1", Address: "198.51.100.7"}) {
 				t.Errorf("endpoint %+v: want node-1 pinned to the legacy address", ep.HostNetwork)
 			}
 			if len(p.Warnings) != 0 {
