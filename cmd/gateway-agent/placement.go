@@ -16,6 +16,7 @@ type placementFlags struct {
 	hostNetwork bool
 	nodeName    string
 	serviceCIDR string
+	vip         string
 }
 
 const flagHostNetwork = "host-network"
@@ -24,6 +25,19 @@ func (p *placementFlags) bind(f *pflag.FlagSet) {
 	f.BoolVar(&p.hostNetwork, flagHostNetwork, false, "the pod runs in the node's network namespace; when given (true or false), a model that says otherwise, or names another gateway, node or service CIDR, is refused")
 	f.StringVar(&p.nodeName, "node-name", "", "the node the pod runs on (downward API spec.nodeName), checked against a host-network model's node")
 	f.StringVar(&p.serviceCIDR, "service-cidr", "", "the service CIDR the pod was started for, checked against the model's")
+	f.StringVar(&p.vip, "vip", "", "a host-network gateway with a standby: the VIP the active pod's agent holds on its node (checked against the model's); with --standby-lease it is added and announced on becoming active, removed on becoming standby")
+}
+
+// vipAddr is --vip parsed (invalid when not given).
+func (p *placementFlags) vipAddr() (netip.Addr, error) {
+	if p.vip == "" {
+		return netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(p.vip)
+	if err != nil || !a.Is4() {
+		return netip.Addr{}, fmt.Errorf("--vip %q: not an IPv4 address", p.vip)
+	}
+	return a, nil
 }
 
 // placement is the model.Placement of the flags, or nil when --host-network was not given
@@ -43,5 +57,13 @@ func (p *placementFlags) placement(f *pflag.FlagSet, namespace, gateway, kind st
 		}
 		out.ServiceCIDR = sc
 	}
+	vip, err := p.vipAddr()
+	if err != nil {
+		return nil, err
+	}
+	if vip.IsValid() && !p.hostNetwork {
+		return nil, fmt.Errorf("--vip needs --%s", flagHostNetwork)
+	}
+	out.VIP = vip
 	return out, nil
 }

@@ -47,10 +47,25 @@ func (s *standbyFlags) elector(o runOptions, cs kubernetes.Interface, events *st
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr %q: %w", o.metricsAddr, err)
 	}
+	vip, err := o.where.vipAddr()
+	if err != nil {
+		return nil, err
+	}
+	// On the host network the VIP moves with the role; the fence drops only what is the
+	// gateway's own (the VIP's IKE and ESP, its WireGuard port), never the node's other traffic.
+	fence := &availability.Fence{Scope: vip}
+	var announcer availability.Announcer
+	switch {
+	case vip.IsValid():
+		announcer = &availability.VIP{Address: vip, Log: log.WithName("availability")}
+	case o.where.hostNetwork:
+		return nil, errors.New("--standby-lease on the host network needs --vip: the node's own address cannot move to the other node")
+	}
 	el := &availability.Elector{
 		Leases: cs.CoordinationV1(), Namespace: o.namespace, Lease: s.lease, Gateway: o.gateway,
 		Identity: s.podName, Address: s.podIP, ProbePort: probePort,
-		Fence:     &availability.Fence{},
+		Fence:     fence,
+		Announcer: announcer,
 		Dataplane: func() any { return driver.current() },
 		Healthy:   availability.DataplaneHealth(engine.Ready, func() any { return driver.current() }),
 		Log:       log.WithName("availability"),

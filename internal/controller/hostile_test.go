@@ -226,10 +226,37 @@ func hostileRejections() []hostileRejection {
 			g.Spec.Endpoint.HostNetwork.NodeName = "node-1; rm -rf /"
 		}), field: "spec.endpoint.hostNetwork.nodeName", msg: patNode},
 
-		// --- availability: a standby needs a loadBalancer endpoint
+		// --- availability: a standby needs a loadBalancer endpoint, or a host-network one with
+		// nodes and a VIP
 		{name: "gateway/standby-host-network", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
 			g.Spec.Availability = &vpnv1.Availability{Standby: ptrTo(true)}
-		}), field: "spec.availability.standby", msg: "a host-network gateway cannot have a standby yet"},
+		}), field: "spec.availability.standby", msg: "a host-network gateway with a standby needs endpoint.hostNetwork.nodes"},
+		{name: "gateway/host-network-nodes-and-node-name", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Endpoint.HostNetwork.Nodes = []string{"node-1", "node-2"}
+			g.Spec.Availability = &vpnv1.Availability{Standby: ptrTo(true)}
+		}), field: "spec.endpoint.hostNetwork.nodes", msg: "nodes and nodeName are exclusive"},
+		{name: "gateway/host-network-no-node", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Endpoint.HostNetwork = &vpnv1.HostNetworkEndpoint{Address: "198.51.100.10"}
+		}), field: "spec.endpoint.hostNetwork.nodeName", msg: "nodeName is required (or nodes, for a gateway with a standby)"},
+		{name: "gateway/host-network-nodes-without-address", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Endpoint.HostNetwork = &vpnv1.HostNetworkEndpoint{Nodes: []string{"node-1", "node-2"}}
+			g.Spec.Availability = &vpnv1.Availability{Standby: ptrTo(true)}
+		}), field: "spec.endpoint.hostNetwork.address", msg: "a host-network gateway on several nodes needs address"},
+		{name: "gateway/host-network-nodes-ipv6-vip", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Endpoint.HostNetwork = &vpnv1.HostNetworkEndpoint{Nodes: []string{"node-1", "node-2"}, Address: "2001:db8::10"}
+			g.Spec.Availability = &vpnv1.Availability{Standby: ptrTo(true)}
+		}), field: "spec.endpoint.hostNetwork.address", msg: "with nodes, address is a VIP: an IPv4 unicast address"},
+		{name: "gateway/host-network-nodes-without-standby", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Endpoint.HostNetwork = &vpnv1.HostNetworkEndpoint{Nodes: []string{"node-1", "node-2"}, Address: "198.51.100.10"}
+		}), field: "spec.endpoint.hostNetwork.nodes", msg: "endpoint.hostNetwork.nodes is for a gateway with a standby"},
+		{name: "gateway/host-network-one-node-in-nodes", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Endpoint.HostNetwork = &vpnv1.HostNetworkEndpoint{Nodes: []string{"node-1"}, Address: "198.51.100.10"}
+			g.Spec.Availability = &vpnv1.Availability{Standby: ptrTo(true)}
+		}), field: "spec.endpoint.hostNetwork.nodes", msg: "should have at least 2 items"},
+		{name: "gateway/host-network-nodes-wireguard", obj: wgGatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Endpoint = vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{Nodes: []string{"node-1", "node-2"}, Address: "198.51.100.10"}}
+			g.Spec.Availability = &vpnv1.Availability{Standby: ptrTo(true)}
+		}), field: "spec.endpoint.hostNetwork.nodes", msg: "a WireGuard gateway cannot move its address between nodes yet"},
 		{name: "gateway/standby-floating-ip-pool", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
 			g.Spec.Endpoint = vpnv1.Endpoint{FloatingIPPool: "public"}
 			g.Spec.Availability = &vpnv1.Availability{Standby: ptrTo(true)}
@@ -237,7 +264,7 @@ func hostileRejections() []hostileRejection {
 		{name: "gateway/standby-added-to-host-network-on-update", obj: gatewayWith(nil),
 			update: func(o client.Object) {
 				o.(*vpnv1.VPNGateway).Spec.Availability = &vpnv1.Availability{Standby: ptrTo(true)}
-			}, field: "spec.availability.standby", msg: "a host-network gateway cannot have a standby yet"},
+			}, field: "spec.availability.standby", msg: "a host-network gateway with a standby needs endpoint.hostNetwork.nodes"},
 
 		// --- serviceCIDR
 		{name: "gateway/serviceCIDR-outside-cgnat", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.ServiceCIDR = "10.0.0.0/24" }),
@@ -596,6 +623,10 @@ func hostileControls() []hostileControl {
 		{"gateway/baseline", gatewayWith(nil)},
 		{"gateway/standby-load-balancer", gatewayWith(func(g *vpnv1.VPNGateway) {
 			g.Spec.Endpoint = vpnv1.Endpoint{LoadBalancer: &vpnv1.LoadBalancerEndpoint{}}
+			g.Spec.Availability = &vpnv1.Availability{Standby: ptrTo(true)}
+		})},
+		{"gateway/standby-host-network-vip", gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.Endpoint.HostNetwork = &vpnv1.HostNetworkEndpoint{Nodes: []string{"node-1", "node-2"}, Address: "198.51.100.10"}
 			g.Spec.Availability = &vpnv1.Availability{Standby: ptrTo(true)}
 		})},
 		{"gateway/standby-off-host-network", gatewayWith(func(g *vpnv1.VPNGateway) {
