@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -381,4 +382,86 @@ func ptrDeref[T any](p *T) (v T) {
 		v = *p
 	}
 	return v
+}
+
+// TestStandbyHostNetwork: a host-network IPsec gateway with a standby on two nodes renders two
+// pods on the host network, pinned to those nodes (node affinity beside the anti-affinity),
+// each agent told the VIP (--vip, which it checks the model against and holds while active)
+// and its Lease; the public address is the VIP. An older host-network gateway on one of the
+// nodes blocks it (Conflict naming that node).
+func TestStandbyHostNetwork(t *testing.T) {
+	startOperator(t, operatorConfig(), nil)
+	ctx := context.Background()
+	ns := namespace(t)
+	nodes := []string{"hn-standby-1-" + ns, "hn-standby-2-" + ns}
+	for _, n := range nodes {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}
+		if err := env.Client.Create(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), node) })
+	}
+	gw := gen.VPNGateway(ns, "acme", gen.Exposure("api", "192.0.2.10", gen.Port(443)), gen.Standby(true))
+	gw.Spec.Endpoint = vpnv1.Endpoint{HostNetwork: &vpnv1.HostNetworkEndpoint{Nodes: nodes, Address: "198.51.100.10"}}
+	create(t, gw)
+	waitCondition(t, gw, vpnv1.ConditionEndpointReady, metav1.ConditionTrue, "Ready")
+	eventually(t, 30*time.Second, func() error {
+		d := &appsv1.Deployment{}
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: children.Name("acme")}, d); err != nil {
+			got := &vpnv1.VPNGateway{}
+			_ = env.Client.Get(ctx, client.ObjectKeyFromObject(gw), got)
+			return fmt.Errorf("%w (conditions %+v)", err, got.Status.Conditions)
+		}
+		s, pod := d.Spec, d.Spec.Template.Spec
+		if s.Replicas == nil || *s.Replicas != 2 || !pod.HostNetwork {
+			return fmt.Errorf("replicas %v, hostNetwork %v", s.Replicas, pod.HostNetwork)
+		}
+		aff := pod.Affinity
+		if aff == nil || aff.PodAntiAffinity == nil || len(aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 {
+			return fmt.Errorf("no required pod anti-affinity: %+v", aff)
+		}
+		if aff.NodeAffinity == nil || aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+			return fmt.Errorf("no node affinity: %+v", aff)
+		}
+		terms := aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+		var pinned []string
+		for _, term := range terms {
+			for _, f := range term.MatchFields {
+				pinned = append(pinned, f.Values...)
+			}
+		}
+		if len(terms) != len(nodes) || !slices.Equal(pinned, nodes) {
+			return fmt.Errorf("node affinity %+v, want one term per node of %v", terms, nodes)
+		}
+		for _, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
+			if c.Name != children.ContainerAgent && c.Name != children.ContainerAgentInit {
+				continue
+			}
+			if i := slices.Index(c.Args, "--vip"); i < 0 || i+1 >= len(c.Args) || c.Args[i+1] != "198.51.100.10" {
+				return fmt.Errorf("container %s args %q: no --vip 198.51.100.10", c.Name, c.Args)
+			}
+			if c.Name == children.ContainerAgent && !slices.Contains(c.Args, "--standby-lease="+children.ActiveLeaseNameFor("", "acme")) {
+				return fmt.Errorf("agent args %q: no --standby-lease", c.Args)
+			}
+		}
+		return env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: children.ActiveLeaseNameFor("", "acme")}, &coordinationv1.Lease{})
+	})
+	eventually(t, 10*time.Second, func() error {
+		got := &vpnv1.VPNGateway{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(gw), got); err != nil {
+			return err
+		}
+		if got.Status.PublicAddress != "198.51.100.10" {
+			return fmt.Errorf("publicAddress %q, want the VIP", got.Status.PublicAddress)
+		}
+		return nil
+	})
+
+	// A younger single-node gateway on one of the nodes conflicts with it.
+	younger := gen.VPNGateway(ns, "younger", gen.HostNetwork(nodes[1], "198.51.100.12"), gen.Exposure("api", "192.0.2.10", gen.Port(443)))
+	create(t, younger)
+	c := waitCondition(t, younger, vpnv1.ConditionEndpointReady, metav1.ConditionFalse, "Conflict")
+	if !strings.Contains(c.Message, "acme") || !strings.Contains(c.Message, nodes[1]) {
+		t.Errorf("conflict message %q names neither the gateway holding the node nor the node", c.Message)
+	}
 }

@@ -320,17 +320,21 @@ func renderDeployment(gw *model.Gateway, owner metav1.OwnerReference, opts Optio
 		// a replacement pod Pending until the old one has released the node's tunnel ports
 		// (with nodeName the kubelet rejects it, NodePorts, and failed pods pile up). Pod
 		// sysctls are not allowed with hostNetwork; forwarding on the node is the node's
-		// configuration.
+		// configuration. A node field selector takes one value: one term (ORed) per node.
+		var terms []*corev1ac.NodeSelectorTermApplyConfiguration
+		for _, n := range hostNodes(gw) {
+			terms = append(terms, corev1ac.NodeSelectorTerm().
+				WithMatchFields(corev1ac.NodeSelectorRequirement().
+					WithKey("metadata.name").
+					WithOperator(corev1.NodeSelectorOpIn).
+					WithValues(n)))
+		}
 		podSpec.
 			WithHostNetwork(true).
 			WithDNSPolicy(corev1.DNSClusterFirstWithHostNet).
 			WithAffinity(corev1ac.Affinity().WithNodeAffinity(corev1ac.NodeAffinity().
 				WithRequiredDuringSchedulingIgnoredDuringExecution(corev1ac.NodeSelector().
-					WithNodeSelectorTerms(corev1ac.NodeSelectorTerm().
-						WithMatchFields(corev1ac.NodeSelectorRequirement().
-							WithKey("metadata.name").
-							WithOperator(corev1.NodeSelectorOpIn).
-							WithValues(hostNodes(gw)...))))))
+					WithNodeSelectorTerms(terms...))))
 	} else {
 		// The gateway forwards between the tunnel and the cluster inside its own network
 		// namespace. net.ipv4.ip_forward is an "unsafe" sysctl for the kubelet: every node that
