@@ -16,6 +16,10 @@ func TestPlacementCheck(t *testing.T) {
 	}
 	onNode := Placement{Namespace: "acme", Name: "gw", HostNetwork: true, NodeName: "node-1", ServiceCIDR: sc}
 	inPod := Placement{Namespace: "acme", Name: "gw", ServiceCIDR: sc}
+	vip := netip.MustParseAddr("198.51.100.10")
+	moving := func(g *Gateway) {
+		g.Endpoint = Endpoint{Kind: EndpointHostNetwork, NodeNames: []string{"node-1", "node-2"}, HostAddress: vip}
+	}
 	cases := []struct {
 		name string
 		p    Placement
@@ -31,6 +35,11 @@ func TestPlacementCheck(t *testing.T) {
 		{"another gateway", onNode, func(g *Gateway) { g.Name = "victim" }, "the model is of gateway acme/victim"},
 		{"another namespace", onNode, func(g *Gateway) { g.Namespace = "other" }, "the model is of gateway other/gw"},
 		{"another kind", onNode, func(g *Gateway) { g.Kind = KindIPsecGateway }, `kind "IPsecGateway"`},
+		{"a node of a standby's nodes, the VIP given", Placement{Namespace: "acme", Name: "gw", HostNetwork: true, NodeName: "node-2", ServiceCIDR: sc, VIP: vip}, moving, ""},
+		{"a node not among a standby's nodes", Placement{Namespace: "acme", Name: "gw", HostNetwork: true, NodeName: "node-3", ServiceCIDR: sc, VIP: vip}, moving, `on nodes ["node-1" "node-2"], but this pod runs on node "node-3"`},
+		{"another VIP", Placement{Namespace: "acme", Name: "gw", HostNetwork: true, NodeName: "node-1", VIP: netip.MustParseAddr("198.51.100.99")}, moving, "the model's VIP is 198.51.100.10, but this pod was started for VIP 198.51.100.99"},
+		{"a VIP in the model the pod was not started for", onNode, moving, "this pod was started for VIP none"},
+		{"a VIP the model does not have", Placement{Namespace: "acme", Name: "gw", HostNetwork: true, NodeName: "node-1", VIP: vip}, nil, "started for VIP 198.51.100.10, but the model's endpoint has none"},
 		{"another service CIDR", onNode, func(g *Gateway) { g.ServiceCIDR = netip.MustParsePrefix("100.64.4.0/24") }, "service CIDR is 100.64.4.0/24, but this pod was started for 100.64.3.0/24"},
 	}
 	for _, c := range cases {

@@ -3,6 +3,7 @@ package availability
 import (
 	"context"
 	"net"
+	"net/netip"
 	"runtime"
 	"strconv"
 	"strings"
@@ -20,6 +21,12 @@ import (
 // namespace by this thread, which then returns to its own.
 func passes(t *testing.T, ns *netns.NS, port uint16) bool {
 	t.Helper()
+	return passesTo(t, ns, "127.0.0.1", port)
+}
+
+// passesTo is passes to another of lo's addresses.
+func passesTo(t *testing.T, ns *netns.NS, host string, port uint16) bool {
+	t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	own, err := vnetns.Get()
@@ -35,7 +42,7 @@ func passes(t *testing.T, ns *netns.NS, port uint16) bool {
 	if err := vnetns.Set(h); err != nil {
 		t.Fatal(err)
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))
+	addr := net.JoinHostPort(host, strconv.Itoa(int(port)))
 	r, rerr := net.ListenPacket("udp4", addr)
 	s, serr := net.Dial("udp4", addr)
 	if err := vnetns.Set(own); err != nil {
@@ -122,5 +129,35 @@ table ip bnerd_vpn {
 	}
 	if d, err := fw.Verify(ctx); err != nil || d.Drifted() {
 		t.Fatalf("ruleset check after the fence went: %+v %v", d, err)
+	}
+}
+
+// On the host network the fence is scoped to the VIP: IKE and ESP to and from the VIP are
+// dropped, the same ports on the node's other addresses (the node's own IKE, another
+// gateway) pass; the WireGuard listen port is the gateway's own and dropped on every address.
+func TestScopedFenceInNamespace(t *testing.T) {
+	netns.Skip(t, "nft")
+	ns := netns.NewRun(t, "bfence").NS("node")
+	f := &Fence{NFT: ns.Wrapper(t, "nft"), Scope: netip.MustParseAddr("127.0.0.5")}
+	if err := f.Install(context.Background(), 51820); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		host string
+		port uint16
+		want bool
+	}{
+		{"127.0.0.5", 500, false}, {"127.0.0.5", 4500, false}, {"127.0.0.5", 5353, true},
+		{"127.0.0.1", 500, true}, {"127.0.0.1", 4500, true}, {"127.0.0.1", 51820, false},
+	} {
+		if got := passesTo(t, ns, c.host, c.port); got != c.want {
+			t.Errorf("scoped fence: %s:%d passes %v, want %v", c.host, c.port, got, c.want)
+		}
+	}
+	if err := f.Remove(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !passesTo(t, ns, "127.0.0.5", 500) {
+		t.Error("the VIP's IKE is blocked after the fence went")
 	}
 }
