@@ -365,3 +365,62 @@ func TestElectorAgentRestartInActivePod(t *testing.T) {
 	}
 	waitFor(t, 3*time.Second, "the standby probing the restarted agent", restarted.e.StandbyReady)
 }
+
+// fakeAnnouncer records whether the address is held, and the order of fence and address.
+type fakeAnnouncer struct {
+	held  atomic.Bool
+	fence *fakeFence
+	// fencedAtClaim: the fence was still installed when the address was claimed.
+	fencedAtClaim atomic.Bool
+}
+
+func (a *fakeAnnouncer) Claim(context.Context) error {
+	a.fencedAtClaim.Store(a.fence.installed.Load())
+	a.held.Store(true)
+	return nil
+}
+func (a *fakeAnnouncer) Release(context.Context) error { a.held.Store(false); return nil }
+
+// With an Announcer (a host-network gateway's VIP) the address follows the role: held by the
+// active only, claimed after its fence went, released by a pod that hands over.
+func TestElectorAnnouncer(t *testing.T) {
+	e := startEnv(t)
+	cs := kubernetes.NewForConfigOrDie(e.Config)
+	name := fmt.Sprintf("gw-%d-active", leaseSeq.Add(1))
+	d := int32(2)
+	if _, err := cs.CoordinationV1().Leases("default").Create(context.Background(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec:       coordinationv1.LeaseSpec{LeaseDurationSeconds: &d},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ann := map[string]*fakeAnnouncer{}
+	withAnnouncer := func(m *member) {
+		a := &fakeAnnouncer{fence: m.fence}
+		a.held.Store(true) // left on the node by an earlier pod
+		ann[m.e.Identity] = a
+		m.e.Announcer = a
+	}
+	port := freePort(t)
+	a := newMemberWith(t, e.Config, "default", name, "pod-a", "127.0.0.2", port, withAnnouncer)
+	b := newMemberWith(t, e.Config, "default", name, "pod-b", "127.0.0.3", port, withAnnouncer)
+	waitFor(t, 5*time.Second, "one active", func() bool { return a.e.IsActive() != b.e.IsActive() })
+	active, standby := a, b
+	if b.e.IsActive() {
+		active, standby = b, a
+	}
+	waitFor(t, 2*time.Second, "the active holds the address", ann[active.e.Identity].held.Load)
+	if ann[standby.e.Identity].held.Load() {
+		t.Fatal("the standby holds the address")
+	}
+	if ann[active.e.Identity].fencedAtClaim.Load() {
+		t.Fatal("the address was claimed while the fence was still installed")
+	}
+	waitFor(t, 5*time.Second, "the active sees its standby", active.e.StandbyReady)
+	active.stop()
+	waitFor(t, 3*time.Second, "the standby active after the handover", standby.e.IsActive)
+	waitFor(t, 2*time.Second, "the new active holds the address", ann[standby.e.Identity].held.Load)
+	if ann[active.e.Identity].held.Load() {
+		t.Fatal("the pod that handed over still holds the address")
+	}
+}
