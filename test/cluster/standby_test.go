@@ -360,6 +360,44 @@ func test14Standby(t *testing.T) {
 		}
 	})
 
+	// an operator upgrade's new gateway images roll through every gateway: the standby pod is
+	// replaced first, then the active hands over to it (roam's goal: a planned switchover); hq's
+	// gateway is a single host-network pod, recreated (its outage printed, not a goal)
+	t.Run("every gateway's image changed: the active hands over once", func(t *testing.T) {
+		before, err := pairReady(wgGW, 3*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const next = "bnerd-vpn-gateway:lab-next"
+		tagGatewayImage(t, next)
+		t.Cleanup(func() {
+			if err := setGatewayImage(labGatewayImage); err != nil {
+				t.Errorf("the gateway image back to %s: %v", labGatewayImage, err)
+			}
+			if err := gatewaysRunImage(labGatewayImage, 3*time.Minute); err != nil {
+				t.Error(err)
+			}
+		})
+		withProbes(t, "every gateway's image changed", []faultSite{roamSite(plannedGoal), hqSite(time.Minute)}, func(t *testing.T) {
+			if err := setGatewayImage(next); err != nil {
+				t.Fatal(err)
+			}
+			if err := gatewaysRunImage(next, 3*time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		})
+		after, err := pairReady(wgGW, 3*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range append([]*corev1.Pod{after.active}, after.standbys...) {
+			if p.Name == before.active.Name || p.Name == before.standbys[0].Name {
+				t.Errorf("%s survived the image change", p.Name)
+			}
+		}
+		t.Logf("before: %s; after: %s", before, after)
+	})
+
 	for _, c := range []struct {
 		process string
 		d       time.Duration
@@ -388,6 +426,56 @@ func test14Standby(t *testing.T) {
 			}
 		})
 	}
+}
+
+// labGatewayImage is the gateway image the lab installs (hack/lab/values.yaml).
+const labGatewayImage = "bnerd-vpn-gateway:lab"
+
+// tagGatewayImage gives the lab's gateway image another name in every node's containerd: a new
+// image as an upgrade brings one, without a registry.
+func tagGatewayImage(t *testing.T, name string) {
+	t.Helper()
+	for i := 1; i <= labNodeCount(); i++ {
+		if out, err := L.run(30*time.Second, "ctr", "--address", L.containerdSocket(labNodeName(i)), "-n", "k8s.io", "images", "tag", "--force",
+			"docker.io/library/"+labGatewayImage, "docker.io/library/"+name); err != nil {
+			t.Fatalf("tagging the gateway image on %s: %v %s", labNodeName(i), err, out)
+		}
+	}
+}
+
+// setGatewayImage upgrades the operator's install to another gateway image (agent and charon),
+// as a new operator version does.
+func setGatewayImage(image string) error {
+	out, err := L.sh(2*time.Minute, fmt.Sprintf(`helm=$("$LAB_ROOT/hack/helm.sh") && "$helm" upgrade bnerd-vpn-operator "$LAB_ROOT/charts/bnerd-vpn-operator" -n bnerd-vpn-system --reuse-values --set gateway.agentImage=%[1]s --set gateway.strongswanImage=%[1]s >/dev/null && kubectl -n bnerd-vpn-system rollout status deploy/bnerd-vpn-operator --timeout=90s >/dev/null`, image))
+	if err != nil {
+		return fmt.Errorf("%v %s", err, out)
+	}
+	return nil
+}
+
+// gatewaysRunImage waits until every running pod of the lab's gateways runs image only, none
+// is being replaced, and the WireGuard gateway's pair is whole.
+func gatewaysRunImage(image string, timeout time.Duration) error {
+	return eventually(timeout, func() error {
+		c, cancel := ctx(20 * time.Second)
+		defer cancel()
+		var pods corev1.PodList
+		if err := L.c.List(c, &pods, client.InNamespace(labNS), client.HasLabels{gatewayKey}); err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || !podReady(&p) {
+				return fmt.Errorf("%s is not a ready, running pod", p.Name)
+			}
+			for _, ctr := range p.Spec.Containers {
+				if ctr.Image != image {
+					return fmt.Errorf("%s/%s runs %s", p.Name, ctr.Name, ctr.Image)
+				}
+			}
+		}
+		_, err := pairReady(wgGW, 5*time.Second)
+		return err
+	})
 }
 
 // checkGoals asserts each site's longest outage against its goal (withProbes' rules, for the
