@@ -52,13 +52,16 @@ const (
 // RegisterMetrics adds the operator's own metrics to reg (controller-runtime's registry, served
 // on --metrics-bind-address). Registering them again is harmless.
 func RegisterMetrics(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{gatewayReady, gatewayStandbys, legacyGatewayReady, childrenRestored} {
+	for _, c := range []prometheus.Collector{gatewayReady, gatewayStandbys, legacyGatewayReady, childrenRestored, rollouts} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {
 				return err
 			}
 		}
+	}
+	for _, state := range []string{rolloutStateRolling, rolloutStateWaiting} {
+		rollouts.WithLabelValues(state)
 	}
 	return nil
 }
