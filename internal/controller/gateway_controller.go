@@ -777,8 +777,10 @@ func (r *GatewayReconciler) writeStatus(ctx context.Context, s *gatewayScope) er
 	return nil
 }
 
-// recordTransitions emits an event on obj when its Ready condition changes.
+// recordTransitions emits an event on obj when its Ready condition changes, and when it starts
+// or stops waiting for new gateway images (RolloutPending).
 func (r *GatewayReconciler) recordTransitions(obj client.Object, before, after []metav1.Condition) {
+	recordRolloutTransition(r.Recorder, obj, before, after)
 	was := findCondition(before, vpnv1.ConditionReady)
 	now := findCondition(after, vpnv1.ConditionReady)
 	if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason) {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -45,6 +46,26 @@ const (
 	// flagRolloutConcurrency names the setting in messages.
 	flagRolloutConcurrency = "--gateway-rollout-concurrency"
 )
+
+// Events of a gateway's move to new gateway images.
+const (
+	// EventRolloutPending: the gateway keeps the images its pod runs (RolloutPending appears).
+	EventRolloutPending = "RolloutPending"
+	// EventRolloutStarted: a gateway that waited moves to the operator's images.
+	EventRolloutStarted = "RolloutStarted"
+)
+
+// recordRolloutTransition emits an Event when the gateway starts waiting for new gateway
+// images, and when it stops (it moves to them, or nothing is held any more).
+func recordRolloutTransition(rec events.EventRecorder, obj client.Object, before, after []metav1.Condition) {
+	was, now := findCondition(before, ConditionRolloutPending), findCondition(after, ConditionRolloutPending)
+	switch {
+	case was == nil && now != nil:
+		rec.Eventf(obj, nil, corev1.EventTypeNormal, EventRolloutPending, "Rollout", "%s", truncate(now.Message, 1000))
+	case was != nil && now == nil:
+		rec.Eventf(obj, nil, corev1.EventTypeNormal, EventRolloutStarted, "Rollout", "the gateway no longer waits: it runs, or moves to, the operator's gateway images")
+	}
+}
 
 // Why a gateway moves to the operator's images now, or why not (rolloutDecision.Reason).
 const (

@@ -10,10 +10,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 	"github.com/bnerd/bnerd-vpn-operator/internal/controller"
@@ -161,6 +163,10 @@ func TestGatewayRolloutIsBounded(t *testing.T) {
 		}
 	}
 
+	for _, n := range waiting {
+		waitEvent(t, ns, n, controller.EventRolloutPending)
+	}
+
 	// A change that needs no new pod reaches a waiting gateway at once: its configuration.
 	first, second := waiting[0], waiting[1]
 	updateGateway(t, ns, first, func(gw *vpnv1.VPNGateway) {
@@ -228,6 +234,7 @@ func TestGatewayRolloutIsBounded(t *testing.T) {
 		return nil
 	})
 	t.Logf("the last gateway moved %s after the first two completed", time.Since(start).Round(time.Millisecond))
+	waitEvent(t, ns, first, controller.EventRolloutStarted)
 	if slices.Contains(moved, first) {
 		t.Fatalf("moved %v includes the waiting %s", moved, first)
 	}
@@ -247,4 +254,21 @@ func updateGateway(t *testing.T, ns, name string, change func(*vpnv1.VPNGateway)
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitEvent waits for an Event of the reason about the VPNGateway.
+func waitEvent(t *testing.T, ns, gateway, reason string) {
+	t.Helper()
+	eventually(t, 20*time.Second, func() error {
+		var list eventsv1.EventList
+		if err := env.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Reason == reason && e.Regarding.Kind == "VPNGateway" && e.Regarding.Name == gateway {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event for %s", reason, gateway)
+	})
 }
