@@ -222,7 +222,7 @@ func operatorArgs(t *testing.T, objs []*unstructured.Unstructured) []string {
 // Every setting is a value, and becomes the operator's flag.
 func TestChartValuesBecomeFlags(t *testing.T) {
 	args := operatorArgs(t, render(t,
-		"gateway.userspaceDataplane=true", "gateway.imagePullPolicy=Never", "gateway.standby=true",
+		"gateway.userspaceDataplane=true", "gateway.imagePullPolicy=Never", "gateway.standby=true", "gateway.rolloutConcurrency=2",
 		"gateway.agentImage=registry.example.net/agent:v1", "gateway.strongswanImage=registry.example.net/charon:v1",
 		"network.internalSourceCIDRs={10.244.0.0/16,10.245.0.0/16}", "network.clusterPodCIDRs={10.244.0.0/16}",
 		"network.clusterServiceCIDRs={10.96.0.0/12}", "network.nodeCIDRs={192.0.2.0/24}",
@@ -239,7 +239,7 @@ func TestChartValuesBecomeFlags(t *testing.T) {
 	for _, want := range []string{
 		"--leader-elect", "--leader-elect-lease-duration=40s", "--service-cidr-pool=100.80.0.0/16",
 		"--agent-image=registry.example.net/agent:v1", "--strongswan-image=registry.example.net/charon:v1",
-		"--image-pull-policy=Never", "--userspace-dataplane", "--gateway-standby",
+		"--image-pull-policy=Never", "--userspace-dataplane", "--gateway-standby", "--gateway-rollout-concurrency=2",
 		"--internal-source-cidrs=10.244.0.0/16,10.245.0.0/16", "--cluster-pod-cidrs=10.244.0.0/16",
 		"--cluster-service-cidrs=10.96.0.0/12", "--node-cidrs=192.0.2.0/24", "--allowed-target-cidrs=10.96.0.0/12",
 		"--host-network-namespace-selector=tier=edge", "--metrics-namespace-selector=team=observability", "--concurrency=8",
@@ -255,6 +255,10 @@ func TestChartValuesBecomeFlags(t *testing.T) {
 	}
 	if got := operatorArgs(t, render(t, "operator.leaderElection.enabled=false")); slices.ContainsFunc(got, func(a string) bool { return strings.HasPrefix(a, "--leader-elect") }) {
 		t.Errorf("leader election disabled, args %q", got)
+	}
+	// 0 (unbounded) is a setting of its own, not the default left out.
+	if got := operatorArgs(t, render(t, "gateway.rolloutConcurrency=0")); !slices.Contains(got, "--gateway-rollout-concurrency=0") {
+		t.Errorf("gateway.rolloutConcurrency=0, args %q", got)
 	}
 }
 
@@ -287,6 +291,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"network.internalSourceCIDRs={10.244.0.0}", "'/network/internalSourceCIDRs/0'"},
 		{"operator.leaderElection.leaseDuration=soon", "'/operator/leaderElection/leaseDuration'"},
 		{"gateway.imagePullPolicy=Sometimes", "'/gateway/imagePullPolicy'"},
+		{"gateway.rolloutConcurrency=-1", "'/gateway/rolloutConcurrency'"},
 		{"operator.extraArgs={rm -rf}", "'/operator/extraArgs/0'"},
 		{"operator.replica=2", "replica"},
 		{"openstack.enabled=true", "openstack"},

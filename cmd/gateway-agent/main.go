@@ -385,6 +385,10 @@ func metricsServer(o runOptions, e *agent.Engine, rejected func() uint64, electo
 			http.Error(w, "no configuration applied yet", http.StatusServiceUnavailable)
 			return
 		}
+		if elector != nil && !elector.Joined() {
+			http.Error(w, "standby: the active pod has not answered this pod's probes as its standby's yet", http.StatusServiceUnavailable)
+			return
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	return &http.Server{Addr: o.metricsAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}

@@ -159,6 +159,8 @@ func command() *cobra.Command {
 	f.StringVar(&gatewayMemoryLimit, "gateway-memory-limit", "256Mi", "memory limit of each gateway container (empty: none)")
 	f.BoolVar(&cfg.Model.Standby, "gateway-standby", false,
 		"give every VPNGateway that does not say otherwise (spec.availability.standby) a standby pod on another node that takes over within about a second (loadBalancer endpoints only)")
+	f.IntVar(&cfg.Options.RolloutConcurrency, "gateway-rollout-concurrency", controller.DefaultRolloutConcurrency,
+		"gateways that may move to new gateway images (--agent-image, --strongswan-image: an operator upgrade) at a time; the others keep the images their pods run, with everything else applied, until fewer are rolling (0: every gateway at once)")
 	f.BoolVar(&cfg.Render.UserspaceDataplane, "userspace-dataplane", false, "give gateway pods /dev/net/tun and use userspace ESP/WireGuard (kernels without ESP or the WireGuard module)")
 	f.IntVar(&cfg.Concurrency, "concurrency", 4, "parallel reconciles per controller")
 	f.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables)")

@@ -77,6 +77,8 @@ type GatewayReconciler struct {
 	written written[*vpnv1.VPNGateway]
 	// poolRetry is how long a gateway waits before retrying an exhausted pool.
 	poolRetry time.Duration
+	// rollouts bounds how many gateways move to new gateway images at a time.
+	rollouts *rolloutGate
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -86,6 +88,7 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		return err
 	}
 	r.alloc = a
+	r.rollouts = newRolloutGate(r.Options.RolloutConcurrency)
 	if r.poolRetry == 0 {
 		r.poolRetry = 10 * time.Minute // a safety net: releases wake waiting gateways at once
 	}
@@ -122,6 +125,8 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		// Host-network gateways send a Service's traffic to one of its endpoints.
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.hostNetworkGatewaysOfEndpointSlice)).
 		WatchesRawSource(source.Channel(a.wake, &handler.EnqueueRequestForObject{})).
+		// A gateway that finished rolling wakes those waiting to move to new images.
+		WatchesRawSource(source.Channel(r.rollouts.wake, &handler.EnqueueRequestForObject{})).
 		// A host-network gateway that comes or goes changes who holds the node's tunnel ports.
 		Watches(&vpnv1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.sameNode), builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(event.UpdateEvent) bool { return false },
@@ -245,6 +250,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			r.alloc.release("", req.Namespace, req.Name)
 			forgetGateway(req.Namespace, req.Name)
 			r.written.forget(req.NamespacedName)
+			r.rollouts.forget(types.NamespacedName{Namespace: req.Namespace, Name: children.NameFor("", req.Name)})
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -326,6 +332,10 @@ func (r *GatewayReconciler) reconcilePhases(ctx context.Context, s *gatewayScope
 			errs = append(errs, err)
 		}
 	}
+	result.RequeueAfter = minPositive(result.RequeueAfter, s.rolloutRetry)
+	if !s.rolloutGated {
+		r.rollouts.leave(types.NamespacedName{Namespace: s.gw.Namespace, Name: children.NameFor(s.kind, s.gw.Name)})
+	}
 	if err := r.observeDeployment(ctx, s); err != nil {
 		errs = append(errs, err)
 	}
@@ -354,6 +364,7 @@ func (r *GatewayReconciler) finalize(ctx context.Context, gw *vpnv1.VPNGateway) 
 	r.alloc.release("", gw.Namespace, gw.Name)
 	forgetGateway(gw.Namespace, gw.Name)
 	r.written.forget(client.ObjectKeyFromObject(gw))
+	r.rollouts.forget(types.NamespacedName{Namespace: gw.Namespace, Name: children.NameFor("", gw.Name)})
 	patch := client.MergeFrom(gw.DeepCopy())
 	controllerutil.RemoveFinalizer(gw, FinalizerAddresses)
 	if err := r.Client.Patch(ctx, gw, patch); err != nil {
@@ -514,6 +525,7 @@ func (r *GatewayReconciler) hostNetworkPermitted(ctx context.Context, s *gateway
 // removeDeployment deletes the gateway's Deployment, if any: a blocked gateway runs no pod.
 func (r *GatewayReconciler) removeDeployment(ctx context.Context, s *gatewayScope) error {
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: s.gw.Namespace, Name: children.NameFor(s.kind, s.gw.Name)}}
+	r.rollouts.forget(client.ObjectKeyFromObject(d))
 	if err := r.Client.Delete(ctx, d); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting the Deployment of a blocked gateway: %w", err)
 	}
@@ -675,11 +687,19 @@ func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope, 
 		s.rendered = failed(ReasonRenderFailed, err.Error())
 		return nil
 	}
+	att := s.endpoint.pod.NetworkAttachment
+	if att != nil {
+		kids.Deployment.Spec.Template.WithAnnotations(map[string]string{cloud.NetworksAnnotation: att.PodAnnotation()})
+	}
+	if kids, err = r.gateRollout(ctx, s, m, owner, kids); err != nil {
+		s.rendered = failed(ReasonApplyFailed, err.Error())
+		return err
+	}
 	kids.ConfigMap.WithData(data)
 	if len(revoked) > 0 {
 		kids.ConfigMap.WithAnnotations(map[string]string{AnnotationRevoked: strings.Join(revoked, "\n")})
 	}
-	if att := s.endpoint.pod.NetworkAttachment; att != nil {
+	if att != nil {
 		nad, err := networkAttachment(att, owner)
 		if err != nil {
 			s.rendered = failed(ReasonRenderFailed, err.Error())
@@ -689,7 +709,6 @@ func (r *GatewayReconciler) applyChildren(ctx context.Context, s *gatewayScope, 
 			s.rendered = failed(ReasonApplyFailed, err.Error())
 			return err
 		}
-		kids.Deployment.Spec.Template.WithAnnotations(map[string]string{cloud.NetworksAnnotation: att.PodAnnotation()})
 	}
 	if kids.ReverseServices, err = r.claimReverseServices(ctx, s, kids.ReverseServices); err != nil {
 		s.rendered = failed(ReasonApplyFailed, err.Error())
@@ -758,8 +777,10 @@ func (r *GatewayReconciler) writeStatus(ctx context.Context, s *gatewayScope) er
 	return nil
 }
 
-// recordTransitions emits an event on obj when its Ready condition changes.
+// recordTransitions emits an event on obj when its Ready condition changes, and when it starts
+// or stops waiting for new gateway images (RolloutPending).
 func (r *GatewayReconciler) recordTransitions(obj client.Object, before, after []metav1.Condition) {
+	recordRolloutTransition(r.Recorder, obj, before, after)
 	was := findCondition(before, vpnv1.ConditionReady)
 	now := findCondition(after, vpnv1.ConditionReady)
 	if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason) {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -116,6 +117,11 @@ type gatewayScope struct {
 	reverseProblems []model.Problem
 	// availability: the election of a gateway with a standby (nil without one).
 	availability *vpnv1.AvailabilityStatus
+	// rolloutPending: why the gateway keeps the images its pod runs (RolloutPending; empty:
+	// it does not), and how soon it looks again; rolloutGated: the pass asked the rollout gate.
+	rolloutPending string
+	rolloutRetry   time.Duration
+	rolloutGated   bool
 }
 
 // owner is the controller reference every child of the gateway carries: to the object that
@@ -186,6 +192,12 @@ func computeGatewayStatus(s *gatewayScope, now metav1.Time) vpnv1.VPNGatewayStat
 		setCondition(&conds, t, o, gw.Generation, now)
 	}
 	setCondition(&conds, vpnv1.ConditionReady, ready, gw.Generation, now)
+	// Not among the causes of Ready: a gateway waiting for new images serves as before.
+	if s.rolloutPending != "" {
+		setCondition(&conds, ConditionRolloutPending, outcome{metav1.ConditionTrue, ReasonConcurrencyLimit, s.rolloutPending}, gw.Generation, now)
+	} else {
+		meta.RemoveStatusCondition(&conds, ConditionRolloutPending)
+	}
 	st.Conditions = orderConditions(conds, append([]string{vpnv1.ConditionReady}, conditionOrder...))
 	return st
 }

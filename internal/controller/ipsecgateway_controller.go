@@ -82,6 +82,7 @@ func (r *IPsecGatewayReconciler) SetupWithManager(mgr ctrl.Manager, concurrency 
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.legacyWithReverse), builder.WithPredicates(podAddressesChanged)).
 		WatchesRawSource(source.Channel(g.alloc.wakeLegacy, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(g.rollouts.wakeLegacy, &handler.EnqueueRequestForObject{})).
 		// A host-network gateway of either kind coming, going or being released changes who
 		// holds the node's tunnel ports.
 		Watches(&vpnv1.VPNGateway{}, handler.EnqueueRequestsFromMapFunc(r.legacyOnSameNode)).
@@ -100,6 +101,7 @@ func (r *IPsecGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if apierrors.IsNotFound(err) {
 			r.Gateways.alloc.release(model.KindIPsecGateway, req.Namespace, req.Name)
 			forgetLegacyGateway(req.Namespace, req.Name)
+			r.Gateways.rollouts.forget(types.NamespacedName{Namespace: req.Namespace, Name: children.NameFor(model.KindIPsecGateway, req.Name)})
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -143,6 +145,7 @@ func (r *IPsecGatewayReconciler) finalize(ctx context.Context, g *ipsecv1.IPsecG
 	}
 	r.Gateways.alloc.release(model.KindIPsecGateway, g.Namespace, g.Name)
 	forgetLegacyGateway(g.Namespace, g.Name)
+	r.Gateways.rollouts.forget(types.NamespacedName{Namespace: g.Namespace, Name: children.NameFor(model.KindIPsecGateway, g.Name)})
 	patch := client.MergeFrom(g.DeepCopy())
 	controllerutil.RemoveFinalizer(g, FinalizerAddresses)
 	if err := r.Gateways.Client.Patch(ctx, g, patch); err != nil {
@@ -175,6 +178,7 @@ func (r *IPsecGatewayReconciler) release(ctx context.Context, g *ipsecv1.IPsecGa
 	}
 	r.Gateways.alloc.release(model.KindIPsecGateway, g.Namespace, g.Name)
 	forgetLegacyGateway(g.Namespace, g.Name) // not serving, and not meant to: no alert
+	r.Gateways.rollouts.forget(types.NamespacedName{Namespace: g.Namespace, Name: children.NameFor(model.KindIPsecGateway, g.Name)})
 	if controllerutil.ContainsFinalizer(g, FinalizerAddresses) {
 		patch := client.MergeFrom(g.DeepCopy())
 		controllerutil.RemoveFinalizer(g, FinalizerAddresses)

@@ -13,6 +13,12 @@ import (
 
 // gatewayReadySeries reads bnerd_vpn_gateway_ready for one gateway: reason -> value.
 func gatewayReadySeries(t *testing.T, ns, name string) map[string]float64 {
+	return gatewaySeries(t, "bnerd_vpn_gateway_ready", "reason", ns, name)
+}
+
+// gatewaySeries reads a gauge of the operator's for one gateway: the value of label key (""
+// for a gauge without one) -> value.
+func gatewaySeries(t *testing.T, metric, key, ns, name string) map[string]float64 {
 	t.Helper()
 	families, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
@@ -20,7 +26,7 @@ func gatewayReadySeries(t *testing.T, ns, name string) map[string]float64 {
 	}
 	out := map[string]float64{}
 	for _, f := range families {
-		if f.GetName() != "bnerd_vpn_gateway_ready" {
+		if f.GetName() != metric {
 			continue
 		}
 		for _, m := range f.GetMetric() {
@@ -29,7 +35,7 @@ func gatewayReadySeries(t *testing.T, ns, name string) map[string]float64 {
 				l[p.GetName()] = p.GetValue()
 			}
 			if l["namespace"] == ns && l["gateway"] == name {
-				out[l["reason"]] = m.GetGauge().GetValue()
+				out[l[key]] = m.GetGauge().GetValue()
 			}
 		}
 	}

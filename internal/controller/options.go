@@ -43,6 +43,11 @@ type Options struct {
 	// cache holds namespaced objects of these only, so nothing elsewhere is reconciled or read.
 	// Empty: every namespace.
 	GatewayNamespaces []string
+	// RolloutConcurrency is how many gateways may move to new gateway images (Render's
+	// AgentImage, StrongSwanImage) at a time (--gateway-rollout-concurrency); the others keep
+	// the images their pods run until fewer gateways are rolling (rolloutGate). 0: unbounded,
+	// every gateway moves at once.
+	RolloutConcurrency int
 }
 
 // Serves is whether the operator serves (and caches) the namespace.

@@ -263,6 +263,9 @@ func TestStandby(t *testing.T) {
 				a.LastTakeover.OutageMillis != 812 || !a.LastTakeover.Time.Equal(&metav1.MicroTime{Time: time.Date(2026, 12, 7, 18, 0, 0, 123456000, time.UTC)}) {
 				return fmt.Errorf("status.availability %+v (last takeover %+v)", a, a.LastTakeover)
 			}
+			if got := gatewaySeries(t, "bnerd_vpn_gateway_standbys_ready", "", ns, "acme"); len(got) != 1 || got[""] != 1 {
+				return fmt.Errorf("bnerd_vpn_gateway_standbys_ready %v, want 1", got)
+			}
 			return nil
 		})
 		// garbage from the agent is left out
@@ -371,6 +374,9 @@ func TestStandby(t *testing.T) {
 			}
 			if g.Status.Availability != nil {
 				return fmt.Errorf("status.availability %+v without a standby", g.Status.Availability)
+			}
+			if got := gatewaySeries(t, "bnerd_vpn_gateway_standbys_ready", "", ns, "acme"); len(got) != 0 {
+				return fmt.Errorf("bnerd_vpn_gateway_standbys_ready %v without a standby", got)
 			}
 			return nil
 		})

@@ -121,6 +121,9 @@ func (c *Config) Validate() error {
 	if c.Render.StrongSwanImage == "" {
 		return fmt.Errorf("--strongswan-image must be set")
 	}
+	if c.RolloutConcurrency < 0 {
+		return fmt.Errorf("--gateway-rollout-concurrency %d: must not be negative (0: unbounded)", c.RolloutConcurrency)
+	}
 	if c.Concurrency < 1 {
 		return fmt.Errorf("--concurrency must be at least 1")
 	}

@@ -140,20 +140,63 @@ func fencedAsItsRole(pair gatewayPair) error {
 	return nil
 }
 
-// onWorker makes the gateway's active run on a node the lab can fail (2..N): when it runs on
-// node 1 (the machine itself), its pod is deleted so that the standby takes over.
-func onWorker(t *testing.T, gw string) gatewayPair {
+// faultNode is the node the step fails under the active pod: a worker (node 1 is the machine
+// itself) without the sample's backend, whose loss would cost every site its target.
+func faultNode(t *testing.T) string {
+	t.Helper()
+	pods, err := backendPods()
+	if err != nil || len(pods) != 1 {
+		t.Fatalf("the backend's pods: %d, %v", len(pods), err)
+	}
+	for i := 2; i <= labNodeCount(); i++ {
+		if n := labNodeName(i); n != pods[0].Spec.NodeName {
+			return n
+		}
+	}
+	t.Fatalf("no worker without the backend (on %s) among %d nodes", pods[0].Spec.NodeName, labNodeCount())
+	return ""
+}
+
+// activeOn makes the gateway's active pod run on node: a standby is brought there first (the
+// other nodes cordoned while the standby pod is replaced), then the active pod is deleted and
+// hands over to it.
+func activeOn(t *testing.T, gw, node string) gatewayPair {
 	t.Helper()
 	pair, err := pairReady(gw, 3*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pair.active.Spec.NodeName != labNodeName(1) {
+	if pair.active.Spec.NodeName == node {
 		return pair
+	}
+	if pair.standbys[0].Spec.NodeName != node {
+		var others []string
+		for i := 1; i <= labNodeCount(); i++ {
+			if n := labNodeName(i); n != node {
+				others = append(others, n)
+			}
+		}
+		if out, err := L.sh(60*time.Second, "kubectl cordon "+strings.Join(others, " ")); err != nil {
+			t.Fatalf("cordon: %v %s", err, out)
+		}
+		deleteNamedPod(t, pair.standbys[0].Name)
+		pair, err = pairReady(gw, 3*time.Minute)
+		if out, uerr := L.sh(60*time.Second, "kubectl uncordon "+strings.Join(others, " ")); uerr != nil {
+			t.Fatalf("uncordon: %v %s", uerr, out)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pair.standbys[0].Spec.NodeName != node {
+			t.Fatalf("the standby is not on %s: %s", node, pair)
+		}
 	}
 	deleteNamedPod(t, pair.active.Name)
 	if pair, err = pairReady(gw, 3*time.Minute); err != nil {
 		t.Fatal(err)
+	}
+	if pair.active.Spec.NodeName != node {
+		t.Fatalf("the active is not on %s: %s", node, pair)
 	}
 	return pair
 }
@@ -165,6 +208,20 @@ func deleteNamedPod(t *testing.T, name string) {
 	if err := L.c.Delete(c, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: labNS}}); err != nil {
 		t.Fatalf("deleting %s: %v", name, err)
 	}
+}
+
+// pairWhole waits after a fault until the pair is whole again and says who is active.
+func pairWhole(t *testing.T, gw string, before gatewayPair) {
+	t.Helper()
+	after, err := pairReady(gw, 3*time.Minute)
+	if err != nil {
+		t.Fatalf("after the fault: %v", err)
+	}
+	how := "recovered in place"
+	if after.active.Name != before.active.Name {
+		how = "taken over"
+	}
+	t.Logf("%s; before: %s; after: %s", how, before, after)
 }
 
 // takenOver checks after a fault that another pod than before is active and that the pair is
@@ -218,33 +275,37 @@ func test14Standby(t *testing.T) {
 
 	sites := func(goal time.Duration) []faultSite { return []faultSite{roamSite(goal), hqSite(0)} }
 
+	node := faultNode(t)
+
 	t.Run("the active pod deleted: handed over", func(t *testing.T) {
-		before := onWorker(t, wgGW)
+		before := activeOn(t, wgGW, node)
 		withProbes(t, "the active pod deleted", sites(plannedGoal), func(t *testing.T) {
 			deleteNamedPod(t, before.active.Name)
 		})
 		takenOver(t, wgGW, before)
 	})
 
+	// the pod's processes killed (SIGKILL: no handover), the kubelet restarting them in the
+	// same pod: the standby takes over or the active recovers in place, whichever comes first
+	t.Run("the active pod's processes killed", func(t *testing.T) {
+		before := activeOn(t, wgGW, node)
+		withProbes(t, "the active pod's processes killed", sites(unplannedGoal), func(t *testing.T) {
+			killPodContainer(t, before.active, "agent")
+			killPodContainer(t, before.active, "wireguard")
+		})
+		pairWhole(t, wgGW, before)
+	})
+
 	t.Run("the active's WireGuard device killed", func(t *testing.T) {
-		before := onWorker(t, wgGW)
+		before := activeOn(t, wgGW, node)
 		withProbes(t, "the active's device killed", sites(unplannedGoal), func(t *testing.T) {
 			killPodContainer(t, before.active, "wireguard")
-			if err := eventually(30*time.Second, func() error {
-				if h := leaseHolderOf(wgGW); h == before.active.Name {
-					return fmt.Errorf("%s still holds the Lease", h)
-				}
-				return nil
-			}); err != nil {
-				t.Error(err)
-			}
 		})
-		takenOver(t, wgGW, before)
+		pairWhole(t, wgGW, before)
 	})
 
 	t.Run("the active's node frozen", func(t *testing.T) {
-		before := onWorker(t, wgGW)
-		node := before.active.Spec.NodeName
+		before := activeOn(t, wgGW, node)
 		sums := withNodeFaultProbed(t, node, "freeze", "thaw", func() {
 			if err := eventually(30*time.Second, func() error {
 				if h := leaseHolderOf(wgGW); h == before.active.Name {
@@ -254,8 +315,7 @@ func test14Standby(t *testing.T) {
 			}); err != nil {
 				t.Error(err)
 			}
-			// the frozen node stays frozen a little longer than the goal, as a node that
-			// does not come back would
+			// the node stays frozen past the goal, as a node that does not come back would
 			time.Sleep(5 * time.Second)
 		}, sites(unplannedGoal))
 		checkGoals(t, "the active's node frozen", sums, sites(unplannedGoal))
@@ -263,8 +323,7 @@ func test14Standby(t *testing.T) {
 	})
 
 	t.Run("the active's node drained", func(t *testing.T) {
-		before := onWorker(t, wgGW)
-		node := before.active.Spec.NodeName
+		before := activeOn(t, wgGW, node)
 		sums := withNodeFaultProbed(t, node, "drain", "uncordon", func() {
 			if err := eventually(60*time.Second, func() error {
 				if h := leaseHolderOf(wgGW); h == before.active.Name || h == "" {
@@ -279,28 +338,143 @@ func test14Standby(t *testing.T) {
 		takenOver(t, wgGW, before)
 	})
 
-	t.Run("the API server frozen for 30s: nothing moves", func(t *testing.T) {
-		before, err := pairReady(wgGW, 3*time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid := labPid(t, "kube-apiserver")
-		withProbes(t, "the API server frozen", sites(0), func(t *testing.T) {
-			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
+	t.Run("the active's node partitioned from the control plane: nothing moves", func(t *testing.T) {
+		before := activeOn(t, wgGW, node)
+		sums := withNodeFaultProbed(t, node, "partition", "heal", func() {
+			// past the Lease's duration many times over: the active cannot renew it, the
+			// standby still reaches the active and must not take over; at every look exactly
+			// the active is unfenced
+			for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Second) {
+				if err := fencedAsItsRole(before); err != nil {
+					t.Errorf("while %s is partitioned: %v", node, err)
+				}
 			}
-			time.Sleep(30 * time.Second)
-			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-		})
-		after, err := pairReady(wgGW, time.Minute)
+		}, sites(0))
+		checkGoals(t, "the active's node partitioned", sums, sites(0))
+		after, err := pairReady(wgGW, 3*time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if after.active.Name != before.active.Name {
-			t.Errorf("a takeover during the API server's outage: %s, then %s", before, after)
+			t.Errorf("a takeover while the active's node was only cut off from the control plane: %s, then %s", before, after)
 		}
+	})
+
+	// an operator upgrade's new gateway images roll through every gateway: the standby pod is
+	// replaced first, then the active hands over to it (roam's goal: a planned switchover); hq's
+	// gateway is a single host-network pod, recreated (its outage printed, not a goal)
+	t.Run("every gateway's image changed: the active hands over once", func(t *testing.T) {
+		before, err := pairReady(wgGW, 3*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const next = "bnerd-vpn-gateway:lab-next"
+		tagGatewayImage(t, next)
+		t.Cleanup(func() {
+			if err := setGatewayImage(labGatewayImage); err != nil {
+				t.Errorf("the gateway image back to %s: %v", labGatewayImage, err)
+			}
+			if err := gatewaysRunImage(labGatewayImage, 3*time.Minute); err != nil {
+				t.Error(err)
+			}
+		})
+		withProbes(t, "every gateway's image changed", []faultSite{roamSite(plannedGoal), hqSite(time.Minute)}, func(t *testing.T) {
+			if err := setGatewayImage(next); err != nil {
+				t.Fatal(err)
+			}
+			if err := gatewaysRunImage(next, 3*time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		})
+		after, err := pairReady(wgGW, 3*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range append([]*corev1.Pod{after.active}, after.standbys...) {
+			if p.Name == before.active.Name || p.Name == before.standbys[0].Name {
+				t.Errorf("%s survived the image change", p.Name)
+			}
+		}
+		t.Logf("before: %s; after: %s", before, after)
+	})
+
+	for _, c := range []struct {
+		process string
+		d       time.Duration
+	}{{"kube-apiserver", 30 * time.Second}, {"etcd", 20 * time.Second}} {
+		t.Run(fmt.Sprintf("%s frozen for %s: nothing moves", c.process, c.d), func(t *testing.T) {
+			before, err := pairReady(wgGW, 3*time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid := labPid(t, c.process)
+			withProbes(t, c.process+" frozen", sites(0), func(t *testing.T) {
+				if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(c.d)
+				if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+					t.Fatal(err)
+				}
+			})
+			after, err := pairReady(wgGW, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after.active.Name != before.active.Name {
+				t.Errorf("a takeover during the %s outage: %s, then %s", c.process, before, after)
+			}
+		})
+	}
+}
+
+// labGatewayImage is the gateway image the lab installs (hack/lab/values.yaml).
+const labGatewayImage = "bnerd-vpn-gateway:lab"
+
+// tagGatewayImage gives the lab's gateway image another name in every node's containerd: a new
+// image as an upgrade brings one, without a registry.
+func tagGatewayImage(t *testing.T, name string) {
+	t.Helper()
+	for i := 1; i <= labNodeCount(); i++ {
+		if out, err := L.run(30*time.Second, "ctr", "--address", L.containerdSocket(labNodeName(i)), "-n", "k8s.io", "images", "tag", "--force",
+			"docker.io/library/"+labGatewayImage, "docker.io/library/"+name); err != nil {
+			t.Fatalf("tagging the gateway image on %s: %v %s", labNodeName(i), err, out)
+		}
+	}
+}
+
+// setGatewayImage upgrades the operator's install to another gateway image (agent and charon),
+// as a new operator version does.
+func setGatewayImage(image string) error {
+	out, err := L.sh(2*time.Minute, fmt.Sprintf(`helm=$("$LAB_ROOT/hack/helm.sh") && "$helm" upgrade bnerd-vpn-operator "$LAB_ROOT/charts/bnerd-vpn-operator" -n bnerd-vpn-system --reuse-values --set gateway.agentImage=%[1]s --set gateway.strongswanImage=%[1]s >/dev/null && kubectl -n bnerd-vpn-system rollout status deploy/bnerd-vpn-operator --timeout=90s >/dev/null`, image))
+	if err != nil {
+		return fmt.Errorf("%v %s", err, out)
+	}
+	return nil
+}
+
+// gatewaysRunImage waits until every running pod of the lab's gateways runs image only, none
+// is being replaced, and the WireGuard gateway's pair is whole.
+func gatewaysRunImage(image string, timeout time.Duration) error {
+	return eventually(timeout, func() error {
+		c, cancel := ctx(20 * time.Second)
+		defer cancel()
+		var pods corev1.PodList
+		if err := L.c.List(c, &pods, client.InNamespace(labNS), client.HasLabels{gatewayKey}); err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || !podReady(&p) {
+				return fmt.Errorf("%s is not a ready, running pod", p.Name)
+			}
+			for _, ctr := range p.Spec.Containers {
+				if ctr.Image != image {
+					return fmt.Errorf("%s/%s runs %s", p.Name, ctr.Name, ctr.Image)
+				}
+			}
+		}
+		_, err := pairReady(wgGW, 5*time.Second)
+		return err
 	})
 }
 

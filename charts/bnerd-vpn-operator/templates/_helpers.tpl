@@ -32,6 +32,10 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- if $v.gateway.standby }}
 - --gateway-standby
 {{- end }}
+{{- /* only when it differs from the operator's default (5) */}}
+{{- if ne (int $v.gateway.rolloutConcurrency) 5 }}
+- --gateway-rollout-concurrency={{ $v.gateway.rolloutConcurrency }}
+{{- end }}
 {{- with $v.gateway.pod }}
 {{- with .nodeSelector }}
 {{- $pairs := list }}

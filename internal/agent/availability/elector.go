@@ -49,6 +49,9 @@ type Status struct {
 	Role        Role   `json:"role"`
 	Healthy     bool   `json:"healthy"`
 	HandingOver bool   `json:"handingOver"`
+	// Heard is the member the answering pod took the request for (by its address in the
+	// members annotation); empty when it knows no member at that address yet.
+	Heard string `json:"heard,omitempty"`
 }
 
 // TakeOverer is a dataplane driver that can re-establish its tunnels at once when its pod
@@ -127,6 +130,7 @@ type Elector struct {
 	apiContact  time.Time
 	probe       Probe
 	lastHealthy time.Time // the last probe answer that said healthy
+	recognized  time.Time // the last probe answer that named this pod as the member it heard
 	heard       map[string]time.Time
 	healthy     bool
 	failures    int
@@ -471,6 +475,9 @@ func (e *Elector) probeLoop(ctx context.Context) {
 		if st.Healthy {
 			e.lastHealthy = now
 		}
+		if st.Heard == e.Identity {
+			e.recognized = now
+		}
 		e.mu.Unlock()
 	})
 }
@@ -505,12 +512,13 @@ func (e *Elector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if e.heard == nil {
 		e.heard = map[string]time.Time{}
 	}
+	heard := ""
 	for name, addr := range e.view.Members {
 		if name != e.Identity && addr == host {
-			e.heard[name] = now
+			e.heard[name], heard = now, name
 		}
 	}
-	st := Status{Identity: e.Identity, Role: e.role, Healthy: e.healthy, HandingOver: e.handingOver}
+	st := Status{Identity: e.Identity, Role: e.role, Healthy: e.healthy, HandingOver: e.handingOver, Heard: heard}
 	e.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(st)
@@ -780,6 +788,21 @@ func (e *Elector) IsActive() bool { return e.Role() == Active }
 // Standby reports whether this pod is not active (standby or not decided yet): it does not
 // report tunnel state.
 func (e *Elector) Standby() bool { return !e.IsActive() }
+
+// Joined reports whether this pod can do its part of the pair: the active always; a standby
+// once the active answered its probe within Timing.ProbeGrace and took it for this pod (the
+// active knows where its standby is, so a stopping active hands over to it). A gateway pod's
+// readiness includes it: a rollout replaces the active only after the new standby joined.
+func (e *Elector) Joined() bool {
+	in := e.inputsNoJump()
+	if in.Role == Active {
+		return true
+	}
+	e.mu.Lock()
+	recognized := e.recognized
+	e.mu.Unlock()
+	return !recognized.IsZero() && in.Now.Sub(recognized) <= in.Timing.ProbeGrace
+}
 
 // StandbyReady reports whether this pod is active and a standby probed it within
 // Timing.ProbeGrace.

@@ -245,6 +245,12 @@ func TestElectorInitialElectionAndHandover(t *testing.T) {
 		t.Fatalf("members %v (%v)", members, err)
 	}
 
+	// the standby is ready (joined) once the active answers its probes as its standby's
+	waitFor(t, 3*time.Second, "the standby joined", standby.e.Joined)
+	if !active.e.Joined() {
+		t.Fatal("the active is not joined")
+	}
+
 	start := time.Now()
 	active.stop()
 	took := waitFor(t, 3*time.Second, "the standby active after the handover", standby.e.IsActive)

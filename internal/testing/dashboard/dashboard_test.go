@@ -47,8 +47,8 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 }
 
 // exported is what the binaries serve on /metrics, from their real registries: the gateway
-// agent's (metrics.NewRegistry, with a peer that has every figure and a kernel-ESP ruleset's
-// spoofed-source counter, so every series is there)
+// agent's (metrics.NewRegistry, with a peer that has every figure, a kernel-ESP ruleset's
+// spoofed-source counter and an active/standby pair, so every series is there)
 // and the operator's (controller-runtime's registry after operator.RegisterMetrics, which Run
 // calls before it serves it).
 func exported(t *testing.T) dashboard.Metrics {
@@ -61,7 +61,10 @@ func exported(t *testing.T) dashboard.Metrics {
 		Authorized: true, DropsIn: nft.CounterValue{Packets: 1, Bytes: 1}, DropsOut: nft.CounterValue{Packets: 1, Bytes: 1},
 	}}, Spoofed: &nft.CounterValue{Packets: 1, Bytes: 1}}
 	agentReg := agentmetrics.NewRegistry(&agentmetrics.Collector{Namespace: "acme", Gateway: "gw",
-		Snapshot: func() agent.Snapshot { return snap }, Repairs: func() uint64 { return 0 }, Rejected: func() uint64 { return 0 }})
+		Snapshot: func() agent.Snapshot { return snap }, Repairs: func() uint64 { return 0 }, Rejected: func() uint64 { return 0 },
+		Availability: func() agentmetrics.Availability {
+			return agentmetrics.Availability{Active: true, StandbyReady: true, Takeovers: map[string]uint64{"ActiveGone": 1}}
+		}})
 	if err := m.AddGathered(agentReg); err != nil {
 		t.Fatal(err)
 	}
