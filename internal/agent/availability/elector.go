@@ -113,6 +113,9 @@ type Elector struct {
 	TickEvery time.Duration
 	// HealthEvery (500 ms): the own dataplane's check; two failures in a row make it unhealthy.
 	HealthEvery time.Duration
+	// AnnounceEvery (1 s): the active checks that it holds the gateway's address (an
+	// Announcer that is a Holder).
+	AnnounceEvery time.Duration
 	// RequestTimeout (1 s) bounds each API request.
 	RequestTimeout time.Duration
 	// StartGrace (15 s): an agent restarted in the active pod reports its dataplane healthy
@@ -121,6 +124,8 @@ type Elector struct {
 	StartGrace time.Duration
 
 	client *http.Client
+	// announceMu orders the Announcer's claims and releases with the role they follow.
+	announceMu sync.Mutex
 
 	mu          sync.Mutex
 	role        Role
@@ -163,6 +168,9 @@ func (e *Elector) defaults() {
 	}
 	if e.RequestTimeout <= 0 {
 		e.RequestTimeout = time.Second
+	}
+	if e.AnnounceEvery <= 0 {
+		e.AnnounceEvery = time.Second
 	}
 	if e.StartGrace <= 0 {
 		e.StartGrace = 15 * time.Second
@@ -220,11 +228,46 @@ func (e *Elector) Start(ctx context.Context) error {
 	return e.Fence.Install(ctx, wgPort)
 }
 
-// claim and release run the Announcer's hooks, when there is one.
+// Holder is an Announcer that can tell whether it holds the address (VIP.Held): the active
+// checks it every AnnounceEvery and claims the address again when it is gone (a claim that
+// failed, an address someone else removed from the node).
+type Holder interface {
+	Held() (bool, error)
+}
+
+// announceLoop keeps the active's address claimed (see Holder).
+func (e *Elector) announceLoop(ctx context.Context) {
+	h := e.Announcer.(Holder)
+	every(ctx, e.AnnounceEvery, func() {
+		if ctx.Err() != nil || !e.IsActive() {
+			return
+		}
+		// Under announceMu a step-down's release cannot come between the check and the claim.
+		e.announceMu.Lock()
+		defer e.announceMu.Unlock()
+		e.mu.Lock()
+		active := e.role == Active && !e.handingOver
+		e.mu.Unlock()
+		if !active {
+			return
+		}
+		if held, err := h.Held(); err != nil || held {
+			return
+		}
+		e.Log.Info("availability: active without the gateway's address; claiming it again")
+		if err := e.Announcer.Claim(ctx); err != nil {
+			e.Log.Error(err, "availability: claiming the gateway's address again")
+		}
+	})
+}
+
+// claim and release run the Announcer's hooks, when there is one, one at a time.
 func (e *Elector) claim(ctx context.Context) error {
 	if e.Announcer == nil {
 		return nil
 	}
+	e.announceMu.Lock()
+	defer e.announceMu.Unlock()
 	return e.Announcer.Claim(ctx)
 }
 
@@ -232,6 +275,8 @@ func (e *Elector) release(ctx context.Context) error {
 	if e.Announcer == nil {
 		return nil
 	}
+	e.announceMu.Lock()
+	defer e.announceMu.Unlock()
 	return e.Announcer.Release(ctx)
 }
 
@@ -254,7 +299,11 @@ func (e *Elector) Run(ctx context.Context) error {
 	e.defaults()
 	e.mu.Unlock()
 	var wg sync.WaitGroup
-	for _, loop := range []func(context.Context){e.heartbeat, e.leaseLoop, e.probeLoop, e.healthLoop, e.decideLoop} {
+	loops := []func(context.Context){e.heartbeat, e.leaseLoop, e.probeLoop, e.healthLoop, e.decideLoop}
+	if _, ok := e.Announcer.(Holder); ok {
+		loops = append(loops, e.announceLoop)
+	}
+	for _, loop := range loops {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

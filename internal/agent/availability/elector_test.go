@@ -386,9 +386,11 @@ func (a *fakeAnnouncer) Claim(context.Context) error {
 	return nil
 }
 func (a *fakeAnnouncer) Release(context.Context) error { a.held.Store(false); return nil }
+func (a *fakeAnnouncer) Held() (bool, error)           { return a.held.Load(), nil }
 
 // With an Announcer (a host-network gateway's VIP) the address follows the role: held by the
-// active only, claimed after its fence went, released by a pod that hands over.
+// active only, claimed after its fence went, claimed again when it went missing, released by
+// a pod that hands over.
 func TestElectorAnnouncer(t *testing.T) {
 	e := startEnv(t)
 	cs := kubernetes.NewForConfigOrDie(e.Config)
@@ -422,6 +424,10 @@ func TestElectorAnnouncer(t *testing.T) {
 	if ann[active.e.Identity].fencedAtClaim.Load() {
 		t.Fatal("the address was claimed while the fence was still installed")
 	}
+	// The address gone from the active's node (a claim that failed, someone removed it): the
+	// active claims it again.
+	ann[active.e.Identity].held.Store(false)
+	waitFor(t, 3*time.Second, "the active claiming its address again", ann[active.e.Identity].held.Load)
 	waitFor(t, 5*time.Second, "the active sees its standby", active.e.StandbyReady)
 	active.stop()
 	waitFor(t, 3*time.Second, "the standby active after the handover", standby.e.IsActive)
