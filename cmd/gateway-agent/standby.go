@@ -75,6 +75,7 @@ func (s *standbyFlags) elector(o runOptions, cs kubernetes.Interface, events *st
 	}
 	engine.Standby = el.Standby
 	engine.BeforeDriver = el.Prepare
+	engine.OnTearDown = el.ReleaseAddress
 	return el, nil
 }
 

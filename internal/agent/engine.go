@@ -130,6 +130,9 @@ type Engine struct {
 	// (the standby's fence follows the model's WireGuard port there); its error fails the
 	// update.
 	BeforeDriver func(ctx context.Context, m *model.Gateway) error
+	// OnTearDown, when set, runs when TearDown takes a host-network gateway off its node (its
+	// tunnels gone): the VIP of a gateway with a standby is released there.
+	OnTearDown func(ctx context.Context) error
 
 	mu         sync.Mutex
 	bundle     *render.Bundle

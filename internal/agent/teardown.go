@@ -14,7 +14,8 @@ import (
 )
 
 // TearDown removes what a host-network gateway put into the node's network namespace — its
-// ruleset, the startup gate and its address on lo — when the agent stops with the pod. A
+// ruleset, the startup gate, its address on lo and what OnTearDown removes (the VIP of a
+// gateway with a standby) — when the agent stops with the pod. A
 // gateway in a pod network namespace has nothing to remove: the namespace ends with the pod.
 //
 // The tunnels must be gone first, or removing the ruleset would let their traffic through:
@@ -52,6 +53,9 @@ func (e *Engine) TearDown(ctx context.Context, wait time.Duration) error {
 		}
 	}
 	err := errors.Join(e.Firewall.Remove(ctx), ensureLocalAddress(nil, &model.Gateway{}))
+	if e.OnTearDown != nil {
+		err = errors.Join(err, e.OnTearDown(ctx))
+	}
 	if err == nil {
 		e.Log.Info("removed the gateway's ruleset and addresses from the node")
 	}

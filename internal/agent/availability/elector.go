@@ -280,6 +280,13 @@ func (e *Elector) release(ctx context.Context) error {
 	return e.Announcer.Release(ctx)
 }
 
+// ReleaseAddress gives the gateway's address up when the pod goes (agent.Engine's OnTearDown,
+// once its tunnels are gone): an active pod that had no standby to hand over to — the gateway
+// deleted, its last pod stopped — leaves no VIP on its node. Nothing without an Announcer.
+func (e *Elector) ReleaseAddress(ctx context.Context) error {
+	return e.release(ctx)
+}
+
 // Prepare follows the gateway's model before the driver applies it (agent.Engine's
 // BeforeDriver): the fence drops the model's WireGuard listen port.
 func (e *Elector) Prepare(ctx context.Context, m *model.Gateway) error {
