@@ -15,7 +15,9 @@
 // host-network gateway deleted, 10 status, 11 legacy IPsecGateway migrated, 12 an OpenStack
 // gateway through its floating IP in the lab's cloud and 13 the VM cutover and the cloud's leak
 // table (cloud_test.go), 14 the WireGuard gateway with a standby: its active pod, dataplane and
-// node lost, its node drained, the API server frozen (standby_test.go).
+// node lost, its node drained, the API server frozen, an upgrade rolled through it; 14b an
+// IPsec gateway with a standby on the host network, its VIP moving between nodes
+// (standby_test.go).
 //
 // Skipped unless BNERD_LAB=1 (make e2e-cluster) and the lab's kubeconfig exists. Runs as root.
 package cluster
@@ -108,6 +110,7 @@ func TestCluster(t *testing.T) {
 		{"12 OpenStack gateway through its floating IP", test12CloudGateway},
 		{"13 VM cutover and no leaks", test13Cutover},
 		{"14 active/standby", test14Standby},
+		{"14b IPsec host-network gateway with a standby", test14bStandbyHostNetwork},
 	}
 	for _, s := range steps {
 		t.Run(s.name, s.f)

@@ -349,17 +349,7 @@ const (
 func edgeGateway(t *testing.T, node string) string {
 	t.Helper()
 	applyYAML(t, ipsecGatewayYAML(edgeGW, fmt.Sprintf("{hostNetwork: {nodeName: %s}}", node)))
-	t.Cleanup(func() {
-		for _, o := range []client.Object{
-			&vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Name: edgeSite, Namespace: labNS}},
-			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: edgeSite + "-psk", Namespace: labNS}},
-			&vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Name: edgeGW, Namespace: labNS}},
-		} {
-			if err := L.deleteAndWait(o, 2*time.Minute); err != nil {
-				t.Errorf("removing %s: %v", o.GetName(), err)
-			}
-		}
-	})
+	t.Cleanup(func() { removeGatewayAndPeer(t, edgeGW, edgeSite) })
 	if err := L.ipsecPeerOf(edgeGW, edgeSite, edgeSiteIndex, "lab-edge-"+randomHex(12), []string{"web"}); err != nil {
 		t.Fatal(err)
 	}
@@ -383,6 +373,21 @@ func edgeGateway(t *testing.T, node string) string {
 	}
 	t.Logf("%s -> %s on %s (public address %s, %s) -> web %s: answered", edgeSite, edgeGW, node, gw.Status.PublicAddress, c.Reason, url)
 	return url
+}
+
+// removeGatewayAndPeer deletes a gateway of the e2e's own with its one peer (named after its
+// site) and the peer's PSK Secret, and waits until they are gone.
+func removeGatewayAndPeer(t *testing.T, gw, site string) {
+	t.Helper()
+	for _, o := range []client.Object{
+		&vpnv1.VPNPeer{ObjectMeta: metav1.ObjectMeta{Name: site, Namespace: labNS}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: site + "-psk", Namespace: labNS}},
+		&vpnv1.VPNGateway{ObjectMeta: metav1.ObjectMeta{Name: gw, Namespace: labNS}},
+	} {
+		if err := L.deleteAndWait(o, 2*time.Minute); err != nil {
+			t.Errorf("removing %s: %v", o.GetName(), err)
+		}
+	}
 }
 
 // moveGateway puts a gateway's pod on node: the other nodes are cordoned while its pod is

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vpnv1 "github.com/bnerd/bnerd-vpn-operator/api/vpn/v1alpha1"
 )
 
 // The active/standby step: the WireGuard gateway behind the lab's load balancer asks for a
@@ -492,7 +494,11 @@ func checkGoals(t *testing.T, fault string, sums []probeSummary, sites []faultSi
 		case s.longestOutage.Round(probeInterval) > goal:
 			t.Errorf("%s: %s: longest outage %s > %s", fault, s.site, s.longestOutage.Round(time.Millisecond), goal)
 		}
-		t.Logf("%s: %s (goal %s)", fault, s, goal)
+		if s.failed > 0 {
+			t.Logf("%s: %s (goal %s; the longest outage from %s)", fault, s, goal, s.longestStarted.Format("15:04:05.000"))
+		} else {
+			t.Logf("%s: %s (goal %s)", fault, s, goal)
+		}
 	}
 }
 
@@ -511,4 +517,154 @@ func killPodContainer(t *testing.T, pod *corev1.Pod, container string) {
 	if out, err := L.run(20*time.Second, "ctr", "--address", L.containerdSocket(pod.Spec.NodeName), "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id); err != nil {
 		t.Fatalf("kill %s/%s: %v %s", pod.Name, container, err, out)
 	}
+}
+
+// The IPsec gateway with a standby on the host network: its pods pinned to nodes 2 and 3, the
+// active pod's node holding the VIP on the node network, the site's device configured with the
+// VIP as the gateway's address (and accepting IKE from it only).
+const (
+	haGW        = "ha-gw"
+	haSite      = "hasite"
+	haSiteIndex = 13
+	haVIP       = "192.0.2.14" // on the node network (hack/lab/nodes.sh: 192.0.2.8/29), no node's
+)
+
+// vipHolders are the nodes whose network namespace holds the VIP.
+func vipHolders(nodes ...string) ([]string, error) {
+	var out []string
+	for _, n := range nodes {
+		addrs, err := L.run(10*time.Second, "ip", "-n", n, "-4", "-o", "addr", "show")
+		if err != nil {
+			return nil, fmt.Errorf("addresses of %s: %v %s", n, err, addrs)
+		}
+		if strings.Contains(addrs, " "+haVIP+"/") {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// vipNeighbourIs checks that the machine (the node network's router) sends to the VIP at
+// node's MAC.
+func vipNeighbourIs(node string) error {
+	link, err := L.run(10*time.Second, "ip", "-n", node, "-o", "link", "show", "eth0")
+	if err != nil {
+		return fmt.Errorf("%s's eth0: %v %s", node, err, link)
+	}
+	f := strings.Fields(link[strings.Index(link, "link/ether"):])
+	neigh, err := L.run(10*time.Second, "ip", "neigh", "show", haVIP)
+	if err != nil {
+		return fmt.Errorf("the machine's neighbour entry of %s: %v %s", haVIP, err, neigh)
+	}
+	if !strings.Contains(neigh, "lladdr "+f[1]+" ") {
+		return fmt.Errorf("the machine sends %s to %q, not to %s (%s)", haVIP, strings.TrimSpace(neigh), node, f[1])
+	}
+	return nil
+}
+
+func test14bStandbyHostNetwork(t *testing.T) {
+	if labNodeCount() < 3 {
+		t.Skip("needs nodes 2 and 3")
+	}
+	n2, n3 := labNodeName(2), labNodeName(3)
+	applyYAML(t, ipsecGatewayYAML(haGW, fmt.Sprintf("{hostNetwork: {nodes: [%s, %s], address: %s}}", n2, n3, haVIP))+"\n  availability: {standby: true}")
+	t.Cleanup(func() {
+		removeGatewayAndPeer(t, haGW, haSite)
+		if held, err := vipHolders(n2, n3); err != nil || len(held) != 0 {
+			t.Errorf("the VIP %s left on %v after the gateway's deletion (%v)", haVIP, held, err)
+		}
+	})
+	if err := L.ipsecPeerOf(haGW, haSite, haSiteIndex, "lab-ha-"+randomHex(12), []string{"web"}); err != nil {
+		t.Fatal(err)
+	}
+	gw, _, err := gatewayCondition(haGW, vpnv1.ConditionGatewayAvailable, metav1.ConditionTrue, "", 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gw.Status.PublicAddress != haVIP {
+		t.Fatalf("%s's public address is %q, not its VIP %s", haGW, gw.Status.PublicAddress, haVIP)
+	}
+	pair, err := pairReady(haGW, 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := L.sh(2*time.Minute, fmt.Sprintf(`"$LAB_ROOT/hack/lab/site.sh" %s %d`, haSite, haSiteIndex)); err != nil {
+		t.Fatalf("site %s: %v %s", haSite, err, out)
+	}
+	url := "http://" + exposureVIP(gw, "web") + ":8080/"
+	if err := siteLive(haSite, haSiteIndex, url, 2*time.Minute); err != nil {
+		t.Fatalf("%s -> %s (VIP %s) -> web: %v", haSite, haGW, haVIP, err)
+	}
+	t.Logf("%s -> %s (%s; VIP %s) -> web %s: answered", haSite, haGW, pair, haVIP, url)
+
+	// exactly the active's node holds the VIP
+	vipOnActive := func(t *testing.T) gatewayPair {
+		t.Helper()
+		var pair gatewayPair
+		if err := eventually(30*time.Second, func() error {
+			var err error
+			if pair, err = pairReady(haGW, 5*time.Second); err != nil {
+				return err
+			}
+			held, err := vipHolders(n2, n3)
+			if err != nil {
+				return err
+			}
+			if len(held) != 1 || held[0] != pair.active.Spec.NodeName {
+				return fmt.Errorf("the VIP is held by %v; %s", held, pair)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return pair
+	}
+	vipOnActive(t)
+	site := func(goal time.Duration) []faultSite {
+		return []faultSite{{haSite, haSiteIndex, func() string { return url }, goal}, hqSite(0)}
+	}
+	// node 3 runs the backend: the node faults act on node 2, with the active there
+	t.Run("the active pod deleted: handed over", func(t *testing.T) {
+		before := activeOn(t, haGW, n2)
+		withProbes(t, "the active pod deleted", site(plannedGoal), func(t *testing.T) { deleteNamedPod(t, before.active.Name) })
+		takenOver(t, haGW, before)
+		vipOnActive(t)
+	})
+	t.Run("charon killed on the active", func(t *testing.T) {
+		before := activeOn(t, haGW, n2)
+		withProbes(t, "charon killed on the active", site(unplannedGoal), func(t *testing.T) { killPodContainer(t, before.active, "charon") })
+		pairWhole(t, haGW, before)
+		vipOnActive(t)
+	})
+	t.Run("the active's node frozen", func(t *testing.T) {
+		before := activeOn(t, haGW, n2)
+		sums := withNodeFaultProbed(t, n2, "freeze", "thaw", func() {
+			if err := eventually(30*time.Second, func() error {
+				if held, err := vipHolders(n3); err != nil || len(held) != 1 {
+					return fmt.Errorf("%s does not hold the VIP (%v)", n3, err)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			moved := time.Now()
+			// the node network learns where the VIP went from the gratuitous ARP at once, not
+			// from its neighbour entry's expiry (seconds to tens of seconds)
+			if err := eventually(2*time.Second, func() error { return vipNeighbourIs(n3) }); err != nil {
+				t.Errorf("the VIP's move to %s not announced: %v", n3, err)
+			}
+			if err := eventually(30*time.Second, func() error {
+				_, err := L.curlFrom(haSite, haSiteIndex, 1, url)
+				return err
+			}); err != nil {
+				t.Error(err)
+			}
+			t.Logf("the VIP on %s at %s, %s answered at %s", n3, moved.Format("15:04:05.000"), haSite, time.Now().Format("15:04:05.000"))
+			time.Sleep(5 * time.Second)
+			t.Logf("thawing %s at %s", n2, time.Now().Format("15:04:05.000"))
+		}, site(unplannedGoal))
+		checkGoals(t, "the active's node frozen", sums, site(unplannedGoal))
+		takenOver(t, haGW, before)
+		vipOnActive(t) // the thawed old active let the VIP go
+	})
 }

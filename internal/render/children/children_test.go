@@ -198,6 +198,18 @@ func TestContainersUnprivilegedWithListedCapabilitiesOnly(t *testing.T) {
 		{"ipsec", ipsecSingleSNAT, renderCases()[0].opts, ipsecCaps},
 		{"wireguard", wireguardPSK, renderCases()[1].opts, wgCaps},
 		{"ipsec-hostnetwork", ipsecHostNetworkTwoPeers, renderCases()[2].opts, ipsecCaps},
+		// the active pod's agent announces the VIP with gratuitous ARP (a raw socket)
+		{"ipsec-hostnetwork-standby", func() *model.Gateway {
+			gw := ipsecHostNetworkTwoPeers()
+			gw.Standby = true
+			gw.Endpoint.NodeName, gw.Endpoint.NodeNames = "", []string{"node-a", "node-b"}
+			gw.Endpoint.HostAddress = netip.MustParseAddr("192.0.2.14")
+			return gw
+		}, renderCases()[2].opts, map[string][]string{
+			"agent-init": {"NET_ADMIN"},
+			"charon":     {"NET_ADMIN", "NET_BIND_SERVICE", "NET_RAW"},
+			"agent":      {"NET_ADMIN", "NET_RAW"},
+		}},
 		{"ipsec-userspace", ipsecNoPeers, renderCases()[3].opts, ipsecCaps},
 		{"wireguard-port-below-1024", lowPortWG, renderCases()[1].opts, map[string][]string{
 			"agent-init": {"NET_ADMIN"},

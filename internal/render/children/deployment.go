@@ -42,7 +42,9 @@ const ReadinessPeriodSeconds int32 = 2
 //   - charon (IPsec only) binds UDP 500/4500, installs SAs/routes and uses raw sockets:
 //     NET_ADMIN, NET_BIND_SERVICE, NET_RAW.
 //   - agent applies nftables changes and drives WireGuard: NET_ADMIN; for a kernel WireGuard
-//     device with a listen port below 1024 also NET_BIND_SERVICE.
+//     device with a listen port below 1024 also NET_BIND_SERVICE; on the host network with a
+//     standby (a VIP that moves between nodes) also NET_RAW, for the gratuitous ARP that tells
+//     the node network where the VIP went.
 //   - wireguard (WireGuard on a userspace dataplane only) creates the TUN and binds the listen
 //     port: NET_ADMIN, and NET_BIND_SERVICE for a port below 1024.
 func ContainerCapabilities(gw *model.Gateway, container string, userspace bool) []corev1.Capability {
@@ -55,10 +57,14 @@ func ContainerCapabilities(gw *model.Gateway, container string, userspace bool) 
 		}
 		return []corev1.Capability{capNetAdmin, capNetBindService, capNetRaw}
 	case ContainerAgent:
+		caps := []corev1.Capability{capNetAdmin}
 		if lowWireGuardPort(gw) && !userspace {
-			return []corev1.Capability{capNetAdmin, capNetBindService}
+			caps = append(caps, capNetBindService)
 		}
-		return []corev1.Capability{capNetAdmin}
+		if movesVIP(gw) {
+			caps = append(caps, capNetRaw)
+		}
+		return caps
 	case ContainerWireGuard:
 		switch {
 		case gw.Protocol != model.ProtocolWireGuard || !userspace:
@@ -69,6 +75,11 @@ func ContainerCapabilities(gw *model.Gateway, container string, userspace bool) 
 		return []corev1.Capability{capNetAdmin}
 	}
 	return nil
+}
+
+// movesVIP: a host-network gateway with a standby, whose active pod's agent announces the VIP.
+func movesVIP(gw *model.Gateway) bool {
+	return gw.Endpoint.Kind == model.EndpointHostNetwork && len(gw.Endpoint.NodeNames) > 0
 }
 
 func lowWireGuardPort(gw *model.Gateway) bool {
