@@ -483,7 +483,8 @@ func TestStatusReadsTheActivePod(t *testing.T) {
 	if env == nil {
 		t.Skip("no API server")
 	}
-	const ns = "status-pair"
+	// a namespace of its own per run: envtest deletes none (-count=5)
+	ns := fmt.Sprintf("status-pair-%d", time.Now().UnixNano()%1e9)
 	createLab(t, ns)
 	ctx := context.Background()
 	for i, name := range []string{"acme-wg-gateway-5f7b2", "acme-wg-gateway-9d41c"} {
