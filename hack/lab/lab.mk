@@ -27,7 +27,7 @@ e2e-cluster: ## a fresh lab, the cluster end-to-end suite (test/cluster, Go), to
 	@mkdir -p $(BIN); log=$(BIN)/e2e-cluster.log; rm -f $$log; rc=0; \
 	  LAB_T0=$$(date +%s.%N) hack/lab/cluster-up.sh || rc=$$?; \
 	  if [ $$rc = 0 ]; then \
-	    set -o pipefail; BNERD_LAB=1 CGO_ENABLED=0 go test -trimpath -count=1 -v -timeout 20m ./test/cluster/ 2>&1 | tee $$log || rc=$$?; \
+	    set -o pipefail; BNERD_LAB=1 CGO_ENABLED=0 go test -trimpath -count=1 -v -timeout 35m ./test/cluster/ 2>&1 | tee $$log || rc=$$?; \
 	  fi; \
 	  hack/lab/cluster-down.sh; \
 	  if [ $$rc != 0 ] && [ -s $$log ]; then \

@@ -206,11 +206,15 @@ func sitesSteady(t *testing.T, sites []faultSite, span time.Duration) {
 	}
 }
 
-// withProbes runs a fault with both sites probing (2 s before, 3 s after it), prints each
+// withProbes runs a fault with the sites probing (2 s before, 3 s after it), prints each
 // site's outage and asserts its goal.
 func withProbes(t *testing.T, fault string, sites []faultSite, f func(t *testing.T)) {
 	t.Helper()
-	sitesLive(t)
+	for _, s := range sites {
+		if err := siteLive(s.name, s.index, s.url(), 90*time.Second); err != nil {
+			t.Fatalf("%s has no tunnel before the fault: %v", s.name, err)
+		}
+	}
 	sitesSteady(t, sites, steadySpan)
 	var ps []*prober
 	for _, s := range sites {
