@@ -286,6 +286,7 @@ func test14Standby(t *testing.T) {
 	node := faultNode(t)
 
 	t.Run("the active pod deleted: handed over", func(t *testing.T) {
+		followGatewayLogs(t, wgGW)
 		before := activeOn(t, wgGW, node)
 		withProbes(t, "the active pod deleted", sites(plannedGoal), func(t *testing.T) {
 			deleteNamedPod(t, before.active.Name)
@@ -296,6 +297,7 @@ func test14Standby(t *testing.T) {
 	// the pod's processes killed (SIGKILL: no handover), the kubelet restarting them in the
 	// same pod: the standby takes over or the active recovers in place, whichever comes first
 	t.Run("the active pod's processes killed", func(t *testing.T) {
+		followGatewayLogs(t, wgGW)
 		before := activeOn(t, wgGW, node)
 		withProbes(t, "the active pod's processes killed", sites(unplannedGoal), func(t *testing.T) {
 			killPodContainer(t, before.active, "agent")
@@ -305,6 +307,7 @@ func test14Standby(t *testing.T) {
 	})
 
 	t.Run("the active's WireGuard device killed", func(t *testing.T) {
+		followGatewayLogs(t, wgGW)
 		before := activeOn(t, wgGW, node)
 		withProbes(t, "the active's device killed", sites(unplannedGoal), func(t *testing.T) {
 			killPodContainer(t, before.active, "wireguard")
@@ -313,6 +316,7 @@ func test14Standby(t *testing.T) {
 	})
 
 	t.Run("the active's node frozen", func(t *testing.T) {
+		followGatewayLogs(t, wgGW)
 		before := activeOn(t, wgGW, node)
 		sums := withNodeFaultProbed(t, node, "freeze", "thaw", func() {
 			if err := eventually(30*time.Second, func() error {
@@ -331,6 +335,7 @@ func test14Standby(t *testing.T) {
 	})
 
 	t.Run("the active's node drained", func(t *testing.T) {
+		followGatewayLogs(t, wgGW)
 		before := activeOn(t, wgGW, node)
 		sums := withNodeFaultProbed(t, node, "drain", "uncordon", func() {
 			if err := eventually(60*time.Second, func() error {
@@ -347,6 +352,7 @@ func test14Standby(t *testing.T) {
 	})
 
 	t.Run("the active's node partitioned from the control plane: nothing moves", func(t *testing.T) {
+		followGatewayLogs(t, wgGW)
 		before := activeOn(t, wgGW, node)
 		sums := withNodeFaultProbed(t, node, "partition", "heal", func() {
 			// past the Lease's duration many times over: the active cannot renew it, the
@@ -371,6 +377,7 @@ func test14Standby(t *testing.T) {
 	// an operator upgrade's new gateway images roll through every gateway: the standby pod is
 	// replaced first, then the active hands over to it (roam's goal: a planned switchover)
 	t.Run("every gateway's image changed: the active hands over once", func(t *testing.T) {
+		followGatewayLogs(t, wgGW)
 		before, err := pairReady(wgGW, 3*time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -413,6 +420,7 @@ func test14Standby(t *testing.T) {
 		d       time.Duration
 	}{{"kube-apiserver", 30 * time.Second}, {"etcd", 20 * time.Second}} {
 		t.Run(fmt.Sprintf("%s frozen for %s: nothing moves", c.process, c.d), func(t *testing.T) {
+			followGatewayLogs(t, wgGW)
 			before, err := pairReady(wgGW, 3*time.Minute)
 			if err != nil {
 				t.Fatal(err)
@@ -638,18 +646,21 @@ func test14bStandbyHostNetwork(t *testing.T) {
 	}
 	// node 3 runs the backend: the node faults act on node 2, with the active there
 	t.Run("the active pod deleted: handed over", func(t *testing.T) {
+		followGatewayLogs(t, haGW)
 		before := activeOn(t, haGW, n2)
 		withProbes(t, "the active pod deleted", site(plannedGoal), func(t *testing.T) { deleteNamedPod(t, before.active.Name) })
 		takenOver(t, haGW, before)
 		vipOnActive(t)
 	})
 	t.Run("charon killed on the active", func(t *testing.T) {
+		followGatewayLogs(t, haGW)
 		before := activeOn(t, haGW, n2)
 		withProbes(t, "charon killed on the active", site(unplannedGoal), func(t *testing.T) { killPodContainer(t, before.active, "charon") })
 		pairWhole(t, haGW, before)
 		vipOnActive(t)
 	})
 	t.Run("the active's node frozen", func(t *testing.T) {
+		followGatewayLogs(t, haGW)
 		before := activeOn(t, haGW, n2)
 		sums := withNodeFaultProbed(t, n2, "freeze", "thaw", func() {
 			if err := eventually(30*time.Second, func() error {

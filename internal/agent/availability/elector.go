@@ -690,6 +690,9 @@ func (e *Elector) takeOver(ctx context.Context, in Inputs, reason string) {
 	if err := e.claim(ctx); err != nil {
 		e.Log.Error(err, "availability: active, but the gateway's address is not claimed")
 	}
+	if from == e.Identity && reason == ReasonHandedOver {
+		from = e.handedOverBy()
+	}
 	e.Log.Info("availability: active", "reason", reason, "from", from)
 	if reason == ReasonResumed {
 		return
@@ -705,6 +708,18 @@ func (e *Elector) takeOver(ctx context.Context, in Inputs, reason string) {
 		e.Events.GatewayEvent(e.Namespace, e.Gateway, corev1.EventTypeNormal, ReasonTookOver,
 			fmt.Sprintf("Pod %s took over from %s (%s)", e.Identity, nameOrNone(from), reason))
 	}
+}
+
+// handedOverBy is the pod that handed the Lease to this one (its last-takeover annotation), ""
+// when unknown.
+func (e *Elector) handedOverBy() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var t Takeover
+	if e.lease == nil || json.Unmarshal([]byte(e.lease.Annotations[AnnotationLastTakeover]), &t) != nil || t.To != e.Identity {
+		return ""
+	}
+	return t.From
 }
 
 func nameOrNone(s string) string {
