@@ -82,7 +82,7 @@ ctr                                                       containerd            
 runc                                                      runc                            lab           # containerd's runtime
 iptables                                                  iptables                        lab           # kubelet, kube-router, cluster-down.sh
 ipset                                                     ipset                           lab           # kube-router
-conntrack                                                 conntrack                       lab           # kube-proxy
+conntrack                                                 conntrack                       tests,lab     # kube-proxy; the e2e NAT site's remapping
 modprobe                                                  kmod                            lab,vm
 depmod                                                    kmod                            vm
 insmod                                                    kmod                            vm

@@ -702,12 +702,15 @@ type lab struct {
 
 // labSite is one client site: its namespace, link, subnet and device.
 type labSite struct {
-	name   string
-	ns     *netns.NS
-	cns    *charontest.Netns // IPsec
-	ext    netip.Addr        // its public address
-	subnet netip.Prefix      // behind its device
-	addr   netip.Addr        // a host in subnet, the traffic's source
+	name string
+	ns   *netns.NS
+	cns  *charontest.Netns // IPsec
+	ext  netip.Addr        // its public address
+	// inside is the device's own address when the site is behind a NAT (newSiteBehindNAT),
+	// which translates it to ext; zero otherwise (the device has ext).
+	inside netip.Addr
+	subnet netip.Prefix // behind its device
+	addr   netip.Addr   // a host in subnet, the traffic's source
 	// claims are more local networks its IPsec device proposes than its VPNPeer has (a
 	// hostile site claiming another's LAN).
 	claims []netip.Prefix
@@ -960,6 +963,75 @@ func (l *lab) newSite(name string) *labSite {
 	return s
 }
 
+// newSiteBehindNAT is newSite with a NAT between the site and the gateway, as a site on a
+// consumer line or behind a cloud's NAT gateway: the site's device has a private address
+// (100.127.0.<4i+2>/30, outside the service CIDR pool) and the NAT namespace between them translates it to the site's public
+// address ext, its source ports to portsFrom..portsFrom+99 (never the device's own 500 or
+// 4500, so the gateway sees a NAT). It returns the NAT's namespace (remap changes its ports).
+func (l *lab) newSiteBehindNAT(name string, portsFrom int) (*labSite, *netns.NS) {
+	l.tb.Helper()
+	i := l.sites
+	l.sites++
+	if i > 15 {
+		l.tb.Fatal("the lab has room for 16 sites")
+	}
+	s := &labSite{
+		name:   name,
+		ext:    netip.AddrFrom4([4]byte{198, 51, 100, byte(2 + i)}),
+		inside: netip.AddrFrom4([4]byte{100, 127, 0, byte(4*i + 2)}),
+		subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(16 * i)}), 28),
+		addr:   netip.AddrFrom4([4]byte{203, 0, 113, byte(16*i + 1)}),
+	}
+	nat, _ := l.namespace("n" + strconv.Itoa(i))
+	s.ns, s.cns = l.namespace("s" + strconv.Itoa(i))
+	gwIf := "ext" + strconv.Itoa(i)
+	netns.Veth(l.gw, gwIf, nat, "ext0")
+	l.gw.MustRun("ip", "addr", "add", labGatewayAddr.String()+"/32", "peer", s.ext.String()+"/32", "dev", gwIf)
+	nat.MustRun("ip", "addr", "add", s.ext.String()+"/32", "peer", labGatewayAddr.String()+"/32", "dev", "ext0")
+	netns.Veth(nat, "in0", s.ns, "ext0")
+	natInside := s.inside.Prev()
+	nat.MustRun("ip", "addr", "add", natInside.String()+"/30", "dev", "in0")
+	s.ns.MustRun("ip", "addr", "add", s.inside.String()+"/30", "dev", "ext0")
+	s.ns.MustRun("ip", "route", "add", "default", "via", natInside.String())
+	nat.Sysctl("net.ipv4.ip_forward", "1")
+	nat.MustRun("nft", natRuleset(s.ext, portsFrom))
+	if l.proto == vpnv1.ProtocolIPsec {
+		s.ns.MustRun("ip", "addr", "add", s.addr.String()+"/32", "dev", "lo")
+		s.psk = "e2e-psk-" + name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	} else {
+		s.key = wgtest.NewKey(l.tb)
+	}
+	return s, nat
+}
+
+// natRuleset is the NAT namespace's table: what leaves toward the gateway gets the site's
+// public address and a source port from portsFrom..portsFrom+99.
+func natRuleset(public netip.Addr, portsFrom int) string {
+	return fmt.Sprintf(`table ip e2e_nat; delete table ip e2e_nat; table ip e2e_nat {
+  chain post { type nat hook postrouting priority srcnat; oifname "ext0" meta l4proto udp snat to %[1]s:%[2]d-%[3]d; oifname "ext0" snat to %[1]s; }
+}`, public, portsFrom, portsFrom+99)
+}
+
+// remapNAT gives the NAT's translations new source ports (portsFrom..portsFrom+99) and drops
+// the ones it had: the site's next packet leaves from another port, as after a NAT's restart
+// or a mapping's expiry.
+func remapNAT(tb testing.TB, nat *netns.NS, public netip.Addr, portsFrom int) {
+	tb.Helper()
+	nat.MustRun("nft", natRuleset(public, portsFrom))
+	if out, err := nat.Run("conntrack", "-F"); err != nil {
+		tb.Fatalf("conntrack -F: %v %s", err, out)
+	}
+}
+
+// deviceAddr is the address the site's device has: its public address, or its private one
+// behind a NAT.
+func (s *labSite) deviceAddr() netip.Addr {
+	if s.inside.IsValid() {
+		return s.inside
+	}
+	return s.ext
+}
+
 // namespace creates one more namespace of the lab (IPsec labs: charontest's, as charon needs;
 // cns is then its charontest handle).
 func (l *lab) namespace(short string) (ns *netns.NS, cns *charontest.Netns) {
@@ -1010,7 +1082,7 @@ func (l *lab) configureDeviceTo(s *labSite, gwKey wgtypes.Key, port uint16, remo
 // labSwanctlConf is the site's swanctl.conf: it initiates toward the gateway, remote_ts the
 // networks behind it.
 func labSwanctlConf(s *labSite, remote netip.Prefix) string {
-	return charontest.PSKConf(charontest.End{Addr: s.ext, ID: s.name + ".example.com", TS: append([]netip.Prefix{s.subnet}, s.claims...)},
+	return charontest.PSKConf(charontest.End{Addr: s.deviceAddr(), ID: s.name + ".example.com", TS: append([]netip.Prefix{s.subnet}, s.claims...)},
 		charontest.End{Addr: labGatewayAddr, ID: labGatewayAddr.String(), TS: []netip.Prefix{remote}}, s.psk, true)
 }
 
