@@ -716,13 +716,17 @@ type labSite struct {
 	claims []netip.Prefix
 	key    wgtypes.Key // WireGuard
 	psk    string      // IPsec
-	wg     *wgtest.Node
-	charon *charontest.Charon
+	// lifetimes are the site's IPsec rekey and reauthentication times (zero: charon's);
+	// respondOnly: its charon never initiates (the gateway does).
+	lifetimes   charontest.Lifetimes
+	respondOnly bool
+	wg          *wgtest.Node
+	charon      *charontest.Charon
 }
 
 // newLab builds the gateway (CRs included, rendered) and its LAN. prefix names the WireGuard
 // lab's network namespaces (IPsec labs use charontest's).
-func newLab(tb testing.TB, proto vpnv1.Protocol, k8sNamespace, prefix string) *lab {
+func newLab(tb testing.TB, proto vpnv1.Protocol, k8sNamespace, prefix string, extra ...gen.GatewayMod) *lab {
 	tb.Helper()
 	ctx := context.Background()
 	l := &lab{tb: tb, proto: proto}
@@ -758,7 +762,7 @@ func newLab(tb testing.TB, proto vpnv1.Protocol, k8sNamespace, prefix string) *l
 		}
 		mods = append(mods, gen.WireGuardListenPort(51820), gen.WireGuardPrivateKey("gw-key", "privateKey"))
 	}
-	gw := gen.VPNGateway(l.k8sNS, "gw", mods...)
+	gw := gen.VPNGateway(l.k8sNS, "gw", append(mods, extra...)...)
 	if err := env.Client.Create(ctx, gw); err != nil {
 		tb.Fatal(err)
 	}
@@ -1082,8 +1086,8 @@ func (l *lab) configureDeviceTo(s *labSite, gwKey wgtypes.Key, port uint16, remo
 // labSwanctlConf is the site's swanctl.conf: it initiates toward the gateway, remote_ts the
 // networks behind it.
 func labSwanctlConf(s *labSite, remote netip.Prefix) string {
-	return charontest.PSKConf(charontest.End{Addr: s.deviceAddr(), ID: s.name + ".example.com", TS: append([]netip.Prefix{s.subnet}, s.claims...)},
-		charontest.End{Addr: labGatewayAddr, ID: labGatewayAddr.String(), TS: []netip.Prefix{remote}}, s.psk, true)
+	return charontest.PSKConfWith(charontest.End{Addr: s.deviceAddr(), ID: s.name + ".example.com", TS: append([]netip.Prefix{s.subnet}, s.claims...)},
+		charontest.End{Addr: labGatewayAddr, ID: labGatewayAddr.String(), TS: []netip.Prefix{remote}}, s.psk, !s.respondOnly, s.lifetimes)
 }
 
 // createPeer creates the site's VPNPeer granted the exposures (and, for IPsec, its PSK
@@ -1096,9 +1100,9 @@ func (l *lab) createPeer(s *labSite, exposures ...string) time.Time {
 	return l.createPeerWith(s, []string{s.subnet.String()}, &vpnv1.Authorization{Exposures: exposures})
 }
 
-// createPeerWith creates the site's VPNPeer (and PSK Secret) with the given subnets and
-// authorization block (nil: none), and returns when the VPNPeer was created.
-func (l *lab) createPeerWith(s *labSite, subnets []string, auth *vpnv1.Authorization) time.Time {
+// createPeerWith creates the site's VPNPeer (and PSK Secret) with the given subnets,
+// authorization block (nil: none) and extra settings, and returns when the VPNPeer was created.
+func (l *lab) createPeerWith(s *labSite, subnets []string, auth *vpnv1.Authorization, extra ...gen.PeerMod) time.Time {
 	l.tb.Helper()
 	ctx := context.Background()
 	mods := []gen.PeerMod{gen.Authorization(auth)}
@@ -1111,7 +1115,7 @@ func (l *lab) createPeerWith(s *labSite, subnets []string, auth *vpnv1.Authoriza
 		mods = append(mods, gen.WireGuardPeer(s.key.PublicKey().String()),
 			gen.WireGuardEndpoint(netip.AddrPortFrom(s.ext, 51821).String()), gen.PersistentKeepalive(1))
 	}
-	peer := gen.VPNPeer(l.k8sNS, s.name, append(mods, gen.RemoteSubnets(subnets...))...)
+	peer := gen.VPNPeer(l.k8sNS, s.name, append(append(mods, gen.RemoteSubnets(subnets...)), extra...)...)
 	at := time.Now()
 	if err := env.Client.Create(ctx, peer); err != nil {
 		l.tb.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"net"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -58,14 +57,7 @@ func testSiteBehindNAT(t *testing.T, proto vpnv1.Protocol) {
 	}
 	l.waitAgentReady(agent, 30*time.Second)
 	if proto == vpnv1.ProtocolIPsec {
-		// the site's charon tries once: the gateway's charon has the connection by then
-		waitFor(t, "the gateway's connection to site-a", 30*time.Second, func() error {
-			conns, err := l.gwCharon.Swanctl("--list-conns")
-			if err != nil || !strings.Contains(conns, s.name) {
-				return fmt.Errorf("%v %s", err, conns)
-			}
-			return nil
-		})
+		waitGatewayConnection(t, l, s.name)
 	}
 	l.configureDevice(s)
 	waitFor(t, "site-a through web", 60*time.Second, func() error {

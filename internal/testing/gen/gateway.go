@@ -129,6 +129,16 @@ func DPDDelay(d time.Duration) GatewayFunc {
 	}
 }
 
+// IKERekeyTime sets spec.ipsec.ike.rekeyTime.
+func IKERekeyTime(d time.Duration) GatewayFunc {
+	return func(g *vpnv1.VPNGateway) { ipsecSettings(g).IKE.RekeyTime = &metav1.Duration{Duration: d} }
+}
+
+// IKEReauthTime sets spec.ipsec.ike.reauthTime.
+func IKEReauthTime(d time.Duration) GatewayFunc {
+	return func(g *vpnv1.VPNGateway) { ipsecSettings(g).IKE.ReauthTime = &metav1.Duration{Duration: d} }
+}
+
 // ForceEncapsulation makes the IPsec gateway UDP-encapsulate ESP even without a NAT.
 func ForceEncapsulation() GatewayFunc {
 	return func(g *vpnv1.VPNGateway) { ipsecSettings(g).ForceEncapsulation = true }

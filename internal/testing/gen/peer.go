@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -80,6 +81,11 @@ func RemoteSubnets(cidrs ...string) PeerFunc {
 // IPsecPeer sets spec.ipsec.peer: the remote device's address and IKE identity.
 func IPsecPeer(address, id string) PeerFunc {
 	return func(p *vpnv1.VPNPeer) { ipsecPeer(p).Peer = vpnv1.IPsecRemote{Address: address, ID: id} }
+}
+
+// ESPRekeyTime sets spec.ipsec.esp.rekeyTime.
+func ESPRekeyTime(d time.Duration) PeerFunc {
+	return func(p *vpnv1.VPNPeer) { ipsecPeer(p).ESP.RekeyTime = &metav1.Duration{Duration: d} }
 }
 
 // RemoteAddress sets spec.ipsec.peer.address.
