@@ -185,6 +185,7 @@ const (
 	patNode      = `should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'`
 	patService   = `should match '^[a-z]([-a-z0-9]*[a-z0-9])?$'`
 	msgDuration  = "must be a non-negative duration such as 30s, 1h or 4h30m, at most 8760h"
+	msgLifetime  = "must be 0 or at least 10s"
 	msgTargetOne = "exactly one of address or service must be set"
 	msgEndpoint  = "exactly one of floatingIPPool, floatingIP, loadBalancer or hostNetwork must be set"
 	msgPeerOne   = "exactly one of ipsec or wireguard must be set"
@@ -376,6 +377,10 @@ func hostileRejections() []hostileRejection {
 			field: "spec.ipsec.ike.rekeyTime", msg: msgDuration},
 		{name: "gateway/ike-reauthTime-negative", obj: gatewayRawWith(setDuration("-1h", "spec", "ipsec", "ike", "reauthTime")),
 			field: "spec.ipsec.ike.reauthTime", msg: msgDuration},
+		{name: "gateway/ike-rekeyTime-5s", obj: gatewayRawWith(setDuration("5s", "spec", "ipsec", "ike", "rekeyTime")),
+			field: "spec.ipsec.ike.rekeyTime", msg: msgLifetime},
+		{name: "gateway/ike-reauthTime-9s999ms", obj: gatewayRawWith(setDuration("9s999ms", "spec", "ipsec", "ike", "reauthTime")),
+			field: "spec.ipsec.ike.reauthTime", msg: msgLifetime},
 		{name: "gateway/dpd-delay-overflow", obj: gatewayRawWith(setDuration("99999999999h", "spec", "ipsec", "ike", "dpd", "delay")),
 			field: "spec.ipsec.ike.dpd.delay", msg: msgDuration},
 		{name: "gateway/ipsec-mtu-576", obj: gatewayWith(func(g *vpnv1.VPNGateway) { g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{MTU: 576} }),
@@ -445,6 +450,8 @@ func hostileRejections() []hostileRejection {
 		}), field: "spec.ipsec.esp.proposals[0]", msg: patProposal},
 		{name: "peer/esp-rekeyTime-garbage", obj: peerRawWith(setDuration("1 hour", "spec", "ipsec", "esp", "rekeyTime")),
 			field: "spec.ipsec.esp.rekeyTime", msg: msgDuration},
+		{name: "peer/esp-rekeyTime-1s", obj: peerRawWith(setDuration("1s", "spec", "ipsec", "esp", "rekeyTime")),
+			field: "spec.ipsec.esp.rekeyTime", msg: msgLifetime},
 		{name: "peer/psk-secret-name-uppercase", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.PSKSecretRef.Name = "Client-PSK" }),
 			field: "spec.ipsec.pskSecretRef.name", msg: patSecret},
 		{name: "peer/psk-secret-name-slashes", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.PSKSecretRef.Name = "../kube-system/psk" }),

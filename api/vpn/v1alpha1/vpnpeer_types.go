@@ -84,6 +84,7 @@ type ESPSettings struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,3})$') && duration(self) <= duration('8760h')",message="must be a non-negative duration such as 30s, 1h or 4h30m, at most 8760h"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,3})$') || duration(self) == duration('0s') || duration(self) >= duration('10s')",message="must be 0 or at least 10s: charon counts lifetimes in whole seconds and derives its rekey margins (10 %) from them, which vanish below 10s"
 	// +optional
 	RekeyTime *metav1.Duration `json:"rekeyTime,omitempty"`
 }
