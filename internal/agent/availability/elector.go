@@ -560,7 +560,8 @@ func (e *Elector) probeOnce(ctx context.Context, addr string) (Status, error) {
 }
 
 // ServeHTTP answers GET /availability, and records the probe when it comes from another
-// member's address (the members annotation): the active's sign that its standby is there.
+// member's address (the members annotation): the active's sign that its standby is there. A
+// probe with ?leaving=1 is the member's last: it is forgotten instead.
 func (e *Elector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	host, _, _ := net.SplitHostPort(r.RemoteAddr)
 	now := time.Now()
@@ -569,9 +570,15 @@ func (e *Elector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.heard = map[string]time.Time{}
 	}
 	heard := ""
+	leaving := r.URL.Query().Get(leavingParam) != ""
 	for name, addr := range e.view.Members {
 		if name != e.Identity && addr == host {
 			e.heard[name], heard = now, name
+			if leaving {
+				// a standby that goes is no standby to hand over to, nor one to fear
+				delete(e.heard, name)
+				e.Log.Info("availability: the standby leaves", "standby", name)
+			}
 		}
 	}
 	st := Status{Identity: e.Identity, Role: e.role, Healthy: e.healthy, HandingOver: e.handingOver, Heard: heard}
@@ -808,10 +815,14 @@ func (e *Elector) handOver(ctx context.Context, to string) {
 }
 
 // Shutdown is the stopping agent's last decision (after Run returned): an active pod with a
-// ready standby hands over and is fenced. ctx bounds it.
+// ready standby hands over and is fenced; a standby tells the active it leaves. ctx bounds it.
 func (e *Elector) Shutdown(ctx context.Context) {
 	in := e.inputs(true)
 	in.Jumped = false
+	if in.Role == Standby {
+		e.leave(ctx)
+		return
+	}
 	a := Decide(in)
 	if a.Kind == HandOver {
 		e.handOver(ctx, a.To)
@@ -819,6 +830,37 @@ func (e *Elector) Shutdown(ctx context.Context) {
 		e.waitHandedOver(ctx, a.To)
 	}
 }
+
+// leave tells the active that this standby goes (a probe with ?leaving=1): the active forgets
+// it at once, so that a standby replaced in a rollout or drained away is not taken for one cut
+// off with the active, and an API blip meanwhile does not make the active step down as
+// isolated, leaving no pod active. Best effort, one request.
+func (e *Elector) leave(ctx context.Context) {
+	e.mu.Lock()
+	holder := e.view.Holder
+	addr := e.view.Members[holder]
+	e.mu.Unlock()
+	if holder == "" || holder == e.Identity || addr == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.ProbeTimeout)
+	defer cancel()
+	url := "http://" + net.JoinHostPort(addr, strconv.Itoa(e.ProbePort)) + "/availability?" + leavingParam + "=1"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		e.Log.Info("availability: could not tell the active this standby leaves", "active", holder, "error", err.Error())
+		return
+	}
+	_ = resp.Body.Close()
+	e.Log.Info("availability: told the active this standby leaves", "active", holder)
+}
+
+// leavingParam marks a standby's last request to the active (leave).
+const leavingParam = "leaving"
 
 // waitHandedOver waits until the Lease read names to (or ctx ends; at most 2 s).
 func (e *Elector) waitHandedOver(ctx context.Context, to string) {

@@ -330,6 +330,31 @@ func TestElectorNoTakeoverWhenOnlyActiveLosesAPI(t *testing.T) {
 	}
 }
 
+// The standby goes (SIGTERM: a rollout replaces it, its node is drained) and tells the active:
+// the active forgets it at once, and an API outage longer than the Lease's right after — the
+// moment of a rollout — does not make it step down as isolated, which would leave no pod
+// active. (A standby that vanishes without a word is still taken for one cut off with the
+// active, which then steps down: Decide's isolation rows.)
+func TestElectorStandbyLeavesActiveStays(t *testing.T) {
+	active, standby, _ := pair(t)
+	standby.stop()
+	waitFor(t, time.Second, "the active forgets its standby", func() bool { return !active.e.StandbyReady() })
+	if _, heard := active.e.inputsNoJump().Heard[standby.e.Identity]; heard {
+		t.Fatalf("the active still has the standby's probes")
+	}
+	active.apiDown.Store(true)
+	deadline := time.Now().Add(2*active.e.Timing.WithDefaults().LeaseDuration + time.Second)
+	for time.Now().Before(deadline) {
+		if !active.e.IsActive() {
+			t.Fatalf("the active stepped down without its API after its standby left")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := active.dp.stepDowns.Load(); n != 0 {
+		t.Fatalf("%d step-downs", n)
+	}
+}
+
 // Both lose the API: nothing changes.
 func TestElectorAPIOutageForBoth(t *testing.T) {
 	active, standby, _ := pair(t)
