@@ -2,11 +2,12 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ func TestIPsecRekeyUnderTraffic(t *testing.T) {
 		name string
 		gw   []gen.GatewayMod
 		peer []gen.PeerMod
-		site charontest.Lifetimes
+		site charontest.ConnOptions
 		// siteRespondsOnly: the site's charon never initiates
 		siteRespondsOnly bool
 		// collide: the ends rekey at once, by command, rounds times; otherwise the stream
@@ -43,7 +44,7 @@ func TestIPsecRekeyUnderTraffic(t *testing.T) {
 		// round to nothing and SAs expire instead of rekeying, which no real site configures
 		{name: "gateway", gw: []gen.GatewayMod{gen.IKERekeyTime(12 * time.Second)}, peer: []gen.PeerMod{gen.ESPRekeyTime(10 * time.Second)},
 			span: 26 * time.Second, rekeys: 4},
-		{name: "site", site: charontest.Lifetimes{IKERekey: 12 * time.Second, ChildRekey: 10 * time.Second},
+		{name: "site", site: charontest.ConnOptions{IKERekey: 12 * time.Second, ChildRekey: 10 * time.Second},
 			span: 26 * time.Second, rekeys: 4},
 		{name: "collision", collide: true, rekeys: 8},
 		{name: "reauth", gw: []gen.GatewayMod{gen.IKEReauthTime(12 * time.Second)}, span: 26 * time.Second},
@@ -55,7 +56,7 @@ func TestIPsecRekeyUnderTraffic(t *testing.T) {
 			l := newLab(t, vpnv1.ProtocolIPsec, uniqueNamespace("e2e-rekey-"+tc.name[:3]), "", tc.gw...)
 			agent := l.startAgent()
 			s := l.newSite("site-a")
-			s.lifetimes, s.respondOnly = tc.site, tc.siteRespondsOnly
+			s.conn, s.respondOnly = tc.site, tc.siteRespondsOnly
 			l.createPeerWith(s, []string{s.subnet.String()}, &vpnv1.Authorization{Exposures: []string{"web"}}, tc.peer...)
 			l.waitAgentReady(agent, 30*time.Second)
 			waitGatewayConnection(t, l, s.name)
@@ -77,8 +78,8 @@ func TestIPsecRekeyUnderTraffic(t *testing.T) {
 			})
 			if tc.collide {
 				for round := 0; round < 4; round++ {
-					rekeyBothAtOnce(t, l.gwCharon, s.charon, "--child-id", childIDs)
-					rekeyBothAtOnce(t, l.gwCharon, s.charon, "--ike-id", ikeIDs)
+					rekeyBothAtOnce(t, l.gwCharon, s.charon, s.ns, "--child-id", childIDs)
+					rekeyBothAtOnce(t, l.gwCharon, s.charon, s.ns, "--ike-id", ikeIDs)
 				}
 			} else {
 				time.Sleep(tc.span) // the lifetimes at work, the stream running
@@ -126,6 +127,8 @@ func waitGatewayConnection(t *testing.T, l *lab, peer string) {
 }
 
 var (
+	// rekeyActive is swanctl's line of an IKE SA's active tasks naming a rekey.
+	rekeyActive = regexp.MustCompile(`(?m)^  active: .*(CHILD_REKEY|IKE_REKEY)`)
 	childSALine = regexp.MustCompile(`(?m)^  \S+: #([0-9]+), reqid [0-9]+, INSTALLED`)
 	ikeSALine   = regexp.MustCompile(`(?m)^\S+: #([0-9]+), ESTABLISHED`)
 )
@@ -143,12 +146,15 @@ func submatches(re *regexp.Regexp, s string) []string {
 	return out
 }
 
-// rekeyBothAtOnce rekeys the SA (flag --child-id or --ike-id, ids from the daemon's SAs) on
-// both daemons at the same moment, then waits until each daemon has an SA of that kind whose id
-// it did not have before (the rekey, or the other end's, completed).
-func rekeyBothAtOnce(t *testing.T, a, b *charontest.Charon, flag string, ids func(string) []string) {
+// rekeyBothAtOnce makes both daemons rekey the same SA (flag --child-id or --ike-id, ids from
+// each daemon's SAs) so that their requests cross, whatever the machine's load: IKE between
+// them is held back (dropped in the site's namespace, ESP left alone) until each has its
+// rekey under way, then let through, so each end receives the other's request while its own
+// is outstanding. It waits until each daemon has an SA of that kind whose id it did not have
+// before.
+func rekeyBothAtOnce(t *testing.T, gw, site *charontest.Charon, siteNS *netns.NS, flag string, ids func(string) []string) {
 	t.Helper()
-	daemons := []*charontest.Charon{a, b}
+	daemons := []*charontest.Charon{gw, site}
 	before := make([][]string, len(daemons))
 	for i, d := range daemons {
 		sas, err := d.Swanctl("--list-sas")
@@ -159,19 +165,34 @@ func rekeyBothAtOnce(t *testing.T, a, b *charontest.Charon, flag string, ids fun
 			t.Fatalf("%s has no SA for %s:\n%s", d.Name, flag, sas)
 		}
 	}
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i, d := range daemons {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			// the answer is only whether charon queued the rekey; its outcome shows below
-			_, _ = d.Swanctl("--rekey", flag, before[i][0])
-		}()
+	// IKE on 4500 carries the non-ESP marker (four zero bytes after the UDP header).
+	siteNS.MustRun("nft", `table inet e2e_holdike {
+  chain out { type filter hook output priority 0; udp dport 500 drop; udp dport 4500 @th,64,32 0 drop; }
+  chain in { type filter hook input priority 0; udp sport 500 drop; udp sport 4500 @th,64,32 0 drop; }
+}`)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			siteNS.MustRun("nft", "delete", "table", "inet", "e2e_holdike")
+		}
 	}
-	close(start)
-	wg.Wait()
+	defer release()
+	for i, d := range daemons {
+		// the answer is only whether charon queued the rekey; its outcome shows below
+		_, _ = d.Swanctl("--rekey", flag, before[i][0])
+		waitFor(t, d.Name+"'s rekey under way ("+flag+")", 10*time.Second, func() error {
+			sas, err := d.Swanctl("--list-sas")
+			if err != nil {
+				return err
+			}
+			if !rekeyActive.MatchString(sas) {
+				return fmt.Errorf("no rekey task active:\n%s", sas)
+			}
+			return nil
+		})
+	}
+	release()
 	for i, d := range daemons {
 		waitFor(t, d.Name+"'s rekeyed SA ("+flag+")", 10*time.Second, func() error {
 			sas, err := d.Swanctl("--list-sas")
@@ -199,4 +220,17 @@ func peerMetric(t *testing.T, gw *netns.NS, metric, peer string) float64 {
 	}
 	v, _ := strconv.ParseFloat(m[1], 64)
 	return v
+}
+
+// The labs' gateway charon has the gateway image's settings that decide how tunnels behave.
+func TestLabCharonHasTheImagesSettings(t *testing.T) {
+	conf, err := os.ReadFile(filepath.Join("..", "..", "hack", "lab", "image", "strongswan.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(imageCharonSettings, "\n") {
+		if !strings.Contains(string(conf), "\n"+line+"\n") {
+			t.Errorf("the gateway image's strongswan.conf lacks %q", strings.TrimSpace(line))
+		}
+	}
 }
