@@ -99,8 +99,8 @@ func tunnelsGone(g *model.Gateway) (bool, error) {
 func ownSA(g *model.Gateway) func(netlink.XfrmState) bool {
 	reqids := map[int]bool{}
 	for _, p := range g.Peers {
-		if p.IPsec != nil && p.IPsec.Reqid != 0 {
-			reqids[int(p.IPsec.Reqid)] = true
+		for _, r := range p.IPsec.Reqids() {
+			reqids[int(r)] = true
 		}
 	}
 	return func(s netlink.XfrmState) bool { return len(reqids) == 0 || reqids[s.Reqid] }

@@ -450,6 +450,20 @@ func hostileRejections() []hostileRejection {
 		}), field: "spec.ipsec.esp.proposals[0]", msg: patProposal},
 		{name: "peer/esp-rekeyTime-garbage", obj: peerRawWith(setDuration("1 hour", "spec", "ipsec", "esp", "rekeyTime")),
 			field: "spec.ipsec.esp.rekeyTime", msg: msgDuration},
+		{name: "peer/ike-v1-at-any-address", obj: peerWith(func(p *vpnv1.VPNPeer) {
+			p.Spec.IPsec.Peer = vpnv1.IPsecRemote{Address: "%any", ID: "roadwarrior.example.com"}
+			p.Spec.IPsec.IKE = &vpnv1.PeerIKESettings{Version: 1}
+		}), field: "spec.ipsec.ike.version", msg: "IKE version 1 needs the peer's address, not %any"},
+		{name: "peer/ike-version-3", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.IKE = &vpnv1.PeerIKESettings{Version: 3} }),
+			field: "spec.ipsec.ike.version", msg: "Unsupported value: 3"},
+		{name: "peer/ike-proposal-injection", obj: peerWith(func(p *vpnv1.VPNPeer) {
+			p.Spec.IPsec.IKE = &vpnv1.PeerIKESettings{Proposals: []string{"aes256-sha256-modp2048 }"}}
+		}), field: "spec.ipsec.ike.proposals[0]", msg: patProposal},
+		{name: "peer/ike-rekeyTime-5s", obj: peerRawWith(setDuration("5s", "spec", "ipsec", "ike", "rekeyTime")),
+			field: "spec.ipsec.ike.rekeyTime", msg: msgLifetime},
+		{name: "peer/ike-dpd-action-not-in-enum", obj: peerWith(func(p *vpnv1.VPNPeer) {
+			p.Spec.IPsec.IKE = &vpnv1.PeerIKESettings{DPD: &vpnv1.DPDSettings{Action: "exec /bin/sh"}}
+		}), field: "spec.ipsec.ike.dpd.action", msg: `Unsupported value: "exec /bin/sh"`},
 		{name: "peer/esp-rekeyTime-1s", obj: peerRawWith(setDuration("1s", "spec", "ipsec", "esp", "rekeyTime")),
 			field: "spec.ipsec.esp.rekeyTime", msg: msgLifetime},
 		{name: "peer/psk-secret-name-uppercase", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.PSKSecretRef.Name = "Client-PSK" }),

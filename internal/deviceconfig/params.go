@@ -193,27 +193,32 @@ func Resolve(in Input) (*Params, error) {
 		if mp.IPsec == nil {
 			return nil, fmt.Errorf("peer %s has no ipsec section but gateway %s is an ipsec gateway", peer.Name, gw.Name)
 		}
+		// the peer's own IKE settings, or the gateway's
+		ike, ikeField := m.IPsec.IKEFor(mp.IPsec), "spec.ipsec.ike"
+		if mp.IPsec.IKE != nil {
+			ikeField = "peer spec.ipsec.ike"
+		}
 		ip := &IPsecParams{
-			IKEVersion:  int(m.IPsec.IKEVersion),
+			IKEVersion:  int(ike.IKEVersion),
 			GatewayID:   model.GatewayLocalID(gw, gw.Status.PublicAddress),
 			PeerID:      mp.IPsec.RemoteID,
 			PeerAddress: mp.IPsec.RemoteAddress,
-			DPDDelay:    m.IPsec.DPDDelay,
-			DPDAction:   m.IPsec.DPDAction,
-			IKELifetime: m.IPsec.RekeyTime,
-			ReauthTime:  m.IPsec.ReauthTime,
+			DPDDelay:    ike.DPDDelay,
+			DPDAction:   ike.DPDAction,
+			IKELifetime: ike.RekeyTime,
+			ReauthTime:  ike.ReauthTime,
 			ESPLifetime: mp.IPsec.RekeyTime,
 			PSKSecret:   mp.IPsec.PSK,
 			MTU:         m.IPsec.MTU(),
 			ForceEncap:  m.IPsec.ForceEncap,
 		}
-		for i, s := range m.IPsec.IKEProposals {
+		for i, s := range ike.IKEProposals {
 			pr, err := ParseProposal(IKE, s)
 			if err != nil {
-				return nil, fmt.Errorf("spec.ipsec.ike.proposals[%d]: %w", i, err)
+				return nil, fmt.Errorf("%s.proposals[%d]: %w", ikeField, i, err)
 			}
 			if ip.IKEVersion == 1 && pr.AEAD() {
-				return nil, fmt.Errorf("spec.ipsec.ike.proposals[%d]: %q: AEAD encryption is not available for an IKEv1 SA", i, s)
+				return nil, fmt.Errorf("%s.proposals[%d]: %q: AEAD encryption is not available for an IKEv1 SA", ikeField, i, s)
 			}
 			ip.IKE = append(ip.IKE, pr)
 		}

@@ -17,10 +17,12 @@ func proposalStrings(ctx Context, ps []Proposal) []string {
 }
 
 // children splits the client's local networks the way the gateway splits its remote_ts: one
-// CHILD_SA for all with IKEv2, one per network with IKEv1 (which carries one selector pair).
+// CHILD_SA per network with IKEv1 (which carries one selector pair) and with a gateway that
+// starts its children itself (one per subnet, each with a reqid of its own), one for all for a
+// gateway that waits for a site at %any.
 func childSets(p *Params) [][]string {
 	nets := strings.Split(joinPrefixes(p.LocalNets, ","), ",")
-	if p.IPsec.IKEVersion == 1 && len(nets) > 1 {
+	if len(nets) > 1 && (p.IPsec.IKEVersion == 1 || p.IPsec.PeerAddress != "%any") {
 		out := make([][]string, len(nets))
 		for i, n := range nets {
 			out[i] = []string{n}

@@ -76,7 +76,8 @@ type verdict struct {
 //
 // The decision is taken in these steps, in this order (authSteps, one function each):
 //  1. a peer whose protocol section does not match the gateway's is dark and has no tunnel
-//     (ProtocolMismatch; protocolStep);
+//     (ProtocolMismatch), and so is an IPsec peer at %any whose IKE version (its own or the
+//     gateway's) is 1 (IKEv1AnyAddress: main mode picks the PSK by the address; protocolStep);
 //  2. exactly one peer without an authorization block reaches everything (DefaultAllow);
 //     otherwise the peer's own block decides (NoGrants, UnknownGrant or Authorized; grantStep).
 //     This is the peer's grant, not a refusal: a peer without grants is dark but keeps its
@@ -270,7 +271,23 @@ func protocolStep(a *authorization, st *peerAuth) (string, string, bool) {
 		st.dropTunnel()
 		return ReasonProtocolMismatch, msg, false
 	}
+	if ip := st.peer.Spec.IPsec; ip != nil && ip.Peer.Address == "%any" && ikeVersionOf(a.gw, ip) == 1 {
+		st.dropTunnel()
+		return ReasonIKEv1AnyAddress, "IKE version 1 with address %any: IKEv1 main mode picks the pre-shared key by the peer's address before it learns the peer's identity, so with %any one peer's key could be tried for another; give the peer's address or use IKE version 2 (spec.ipsec.ike.version)", false
+	}
 	return "", "", true
+}
+
+// ikeVersionOf is the IKE version a peer's tunnel uses: its own, or the gateway's (2 unless
+// set).
+func ikeVersionOf(gw *vpnv1.VPNGateway, p *vpnv1.IPsecPeer) int32 {
+	if p.IKE != nil && p.IKE.Version != 0 {
+		return p.IKE.Version
+	}
+	if gw.Spec.IPsec != nil && gw.Spec.IPsec.IKE.Version != 0 {
+		return gw.Spec.IPsec.IKE.Version
+	}
+	return defaultIKEVersion
 }
 
 // grantStep (step 2) records the peer's grant: its decision while no step refuses it, and

@@ -406,35 +406,52 @@ func buildIPsecGateway(s *vpnv1.IPsecGatewaySettings, errs *errList) *IPsecGatew
 			errs.add(ReasonInvalidSpec, "spec.ipsec.localID", "%v: the gateway must present one identity its peers can match", err)
 		}
 	}
-	ike := s.IKE
-	switch ike.Version {
+	ike := buildIKE("spec.ipsec.ike", out.IKESettings(), ikeFields{version: s.IKE.Version, proposals: s.IKE.Proposals,
+		dpd: s.IKE.DPD, rekey: s.IKE.RekeyTime, reauth: s.IKE.ReauthTime}, errs)
+	out.IKEVersion, out.IKEProposals, out.DPDDelay, out.DPDAction = ike.IKEVersion, ike.IKEProposals, ike.DPDDelay, ike.DPDAction
+	out.RekeyTime, out.ReauthTime = ike.RekeyTime, ike.ReauthTime
+	return out
+}
+
+// ikeFields are the IKE settings of a gateway's or a peer's spec.
+type ikeFields struct {
+	version       int32
+	proposals     []string
+	dpd           *vpnv1.DPDSettings
+	rekey, reauth *metav1.Duration
+}
+
+// buildIKE is base with the settings given in place of its own (field names them in errors).
+func buildIKE(field string, base IKE, in ikeFields, errs *errList) IKE {
+	out := base
+	switch in.version {
 	case 0:
 	case 1, 2:
-		out.IKEVersion = ike.Version
+		out.IKEVersion = in.version
 	default:
-		errs.add(ReasonInvalidSpec, "spec.ipsec.ike.version", "IKE version %d is not 1 or 2", ike.Version)
+		errs.add(ReasonInvalidSpec, field+".version", "IKE version %d is not 1 or 2", in.version)
 	}
-	if len(ike.Proposals) > 0 {
-		out.IKEProposals = slices.Clone(ike.Proposals)
-		checkProposals("spec.ipsec.ike.proposals", ike.Proposals, errs)
+	if len(in.proposals) > 0 {
+		out.IKEProposals = slices.Clone(in.proposals)
+		checkProposals(field+".proposals", in.proposals, errs)
 	}
-	if ike.DPD != nil {
-		if ike.DPD.Delay != nil {
-			out.DPDDelay = nonNegative("spec.ipsec.ike.dpd.delay", ike.DPD.Delay.Duration, errs)
+	if in.dpd != nil {
+		if in.dpd.Delay != nil {
+			out.DPDDelay = nonNegative(field+".dpd.delay", in.dpd.Delay.Duration, errs)
 		}
-		switch ike.DPD.Action {
+		switch in.dpd.Action {
 		case "":
 		case "restart", "clear", "trap":
-			out.DPDAction = ike.DPD.Action
+			out.DPDAction = in.dpd.Action
 		default:
-			errs.add(ReasonInvalidSpec, "spec.ipsec.ike.dpd.action", "DPD action %q is not one of restart, clear, trap", ike.DPD.Action)
+			errs.add(ReasonInvalidSpec, field+".dpd.action", "DPD action %q is not one of restart, clear, trap", in.dpd.Action)
 		}
 	}
-	if ike.RekeyTime != nil {
-		out.RekeyTime = nonNegative("spec.ipsec.ike.rekeyTime", ike.RekeyTime.Duration, errs)
+	if in.rekey != nil {
+		out.RekeyTime = nonNegative(field+".rekeyTime", in.rekey.Duration, errs)
 	}
-	if ike.ReauthTime != nil {
-		out.ReauthTime = nonNegative("spec.ipsec.ike.reauthTime", ike.ReauthTime.Duration, errs)
+	if in.reauth != nil {
+		out.ReauthTime = nonNegative(field+".reauthTime", in.reauth.Duration, errs)
 	}
 	return out
 }
@@ -823,6 +840,11 @@ func buildPeers(gw *vpnv1.VPNGateway, peers []vpnv1.VPNPeer, verdicts map[string
 			}
 			if s.ESP.RekeyTime != nil {
 				ip.RekeyTime = nonNegative(f+".esp.rekeyTime", s.ESP.RekeyTime.Duration, errs)
+			}
+			if s.IKE != nil && out.IPsec != nil {
+				ike := buildIKE(f+".ike", out.IPsec.IKESettings(), ikeFields{version: s.IKE.Version, proposals: s.IKE.Proposals,
+					dpd: s.IKE.DPD, rekey: s.IKE.RekeyTime, reauth: s.IKE.ReauthTime}, errs)
+				ip.IKE = &ike
 			}
 			checkSubnets(f+".remoteSubnets", s.RemoteSubnets, errs)
 			mp.IPsec = ip

@@ -89,7 +89,9 @@ func TestBuildIPsec(t *testing.T) {
 			Exposures:     []string{"metrics"},
 			IPsec: &IPsecPeer{RemoteAddress: "203.0.113.9", RemoteID: "b.example.com",
 				ESPProposals: []string{"aes256gcm16-ecp256", "aes256-sha256-modp2048"}, RekeyTime: time.Hour,
-				PSK: SecretKeyRef{"b-psk", "psk"}, Reqid: PeerReqid("tenant", "gw", "b")},
+				PSK: SecretKeyRef{"b-psk", "psk"}, Reqid: PeerReqid("tenant", "gw", "b"),
+				SubnetReqids: []uint32{SubnetReqid("tenant", "gw", "b", netip.MustParsePrefix("10.29.0.0/16")),
+					SubnetReqid("tenant", "gw", "b", netip.MustParsePrefix("10.30.0.0/16"))}},
 		},
 	}
 	if !reflect.DeepEqual(gw.Peers, wantPeers) {

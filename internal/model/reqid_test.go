@@ -59,7 +59,7 @@ func TestReqidsStableAndUnique(t *testing.T) {
 // wrapping at the end of the range.
 func TestReqidClashOlderPeerKeepsItsValue(t *testing.T) {
 	same := func(string) uint32 { return LastReqid }
-	got := allocReqids([]string{"old", "new", "newest"}, same)
+	got := allocReqids([]string{"old", "new", "newest"}, same, map[uint32]bool{})
 	want := map[string]uint32{"old": LastReqid, "new": FirstReqid, "newest": FirstReqid + 1}
 	for n, r := range want {
 		if got[n] != r {
@@ -67,4 +67,82 @@ func TestReqidClashOlderPeerKeepsItsValue(t *testing.T) {
 		}
 	}
 	t.Logf("clash resolved oldest first: %v", got)
+}
+
+// A peer with several subnets gets a reqid per subnet besides its own (its per-subnet
+// CHILD_SAs), derived from the subnet: all distinct across the gateway, the peers' own reqids
+// unmoved by them, a subnet's unmoved when the peer gains another; Verify refuses subnet reqids
+// that do not match the subnets one to one or repeat another reqid.
+func TestSubnetReqids(t *testing.T) {
+	build := func(aSubnets ...string) *Gateway {
+		g, errs := Build(testInput(
+			ipsecPeer("a", aSubnets, gen.Grants("metrics"), age(1)),
+			ipsecPeer("b", []string{"10.30.0.0/16"}, gen.Grants("metrics"), age(2)),
+		))
+		if errs != nil {
+			t.Fatal(errs)
+		}
+		if err := Verify(g); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	peer := func(g *Gateway, name string) *Peer {
+		for i := range g.Peers {
+			if g.Peers[i].Name == name {
+				return &g.Peers[i]
+			}
+		}
+		t.Fatalf("no peer %s", name)
+		return nil
+	}
+	one := build("10.20.0.0/24")
+	if r := peer(one, "a").IPsec.SubnetReqids; r != nil {
+		t.Errorf("a peer with one subnet has subnet reqids %v", r)
+	}
+	two := build("10.20.0.0/24", "10.21.0.0/24")
+	three := build("10.20.0.0/24", "10.21.0.0/24", "10.22.0.0/24")
+	a2, a3 := peer(two, "a"), peer(three, "a")
+	t.Logf("peer a with three subnets: reqids %v", a3.IPsec.Reqids())
+	if len(a3.IPsec.SubnetReqids) != 3 {
+		t.Fatalf("three subnets, subnet reqids %v", a3.IPsec.SubnetReqids)
+	}
+	seen := map[uint32]bool{}
+	for _, p := range three.Peers {
+		for _, r := range p.IPsec.Reqids() {
+			if seen[r] {
+				t.Errorf("reqid %d twice: %v", r, three.Peers)
+			}
+			seen[r] = true
+		}
+	}
+	for i, s := range a3.SourceCIDRs {
+		if a3.IPsec.SubnetReqids[i] != SubnetReqid("tenant", "gw", "a", s) {
+			t.Errorf("subnet %s: reqid %d is not its derived one", s, a3.IPsec.SubnetReqids[i])
+		}
+	}
+	if a2.IPsec.SubnetReqids[0] != a3.IPsec.SubnetReqids[0] || a2.IPsec.SubnetReqids[1] != a3.IPsec.SubnetReqids[1] {
+		t.Errorf("a third subnet moved the others' reqids: %v, then %v", a2.IPsec.SubnetReqids, a3.IPsec.SubnetReqids)
+	}
+	for _, g := range []*Gateway{one, two, three} {
+		if peer(g, "a").IPsec.Reqid != PeerReqid("tenant", "gw", "a") || peer(g, "b").IPsec.Reqid != PeerReqid("tenant", "gw", "b") {
+			t.Errorf("subnets moved a peer's own reqid: %v", g.Peers)
+		}
+	}
+
+	for name, spoil := range map[string]func(ip *IPsecPeer){
+		"one subnet reqid for three subnets": func(ip *IPsecPeer) { ip.SubnetReqids = ip.SubnetReqids[:1] },
+		"a subnet reqid that is the peer's":  func(ip *IPsecPeer) { ip.SubnetReqids[2] = ip.Reqid },
+		"a subnet reqid outside the range":   func(ip *IPsecPeer) { ip.SubnetReqids[0] = 9 },
+	} {
+		bad := build("10.20.0.0/24", "10.21.0.0/24", "10.22.0.0/24")
+		p := peer(bad, "a")
+		ip := *p.IPsec
+		ip.SubnetReqids = append([]uint32(nil), ip.SubnetReqids...)
+		spoil(&ip)
+		p.IPsec = &ip
+		if err := Verify(bad); err == nil {
+			t.Errorf("Verify accepts %s", name)
+		}
+	}
 }

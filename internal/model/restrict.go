@@ -136,6 +136,12 @@ func Restrict(last *Gateway, in Input) (restricted *Gateway, revoked []string) {
 		if src := intersectPrefixes(p.SourceCIDRs, c.SourceCIDRs); !slices.Equal(src, p.SourceCIDRs) {
 			revoked = append(revoked, fmt.Sprintf("peer %q: its tunnel carries only %s now (was %s)", p.Name, joinPrefixes(src), joinPrefixes(p.SourceCIDRs)))
 			p.SourceCIDRs = src
+			if p.IPsec != nil && p.IPsec.SubnetReqids != nil {
+				// one child for the subnets left, under the peer's own reqid
+				ip := *p.IPsec
+				ip.SubnetReqids = nil
+				p.IPsec = &ip
+			}
 		}
 		if !c.Authorization.Authorized {
 			if p.Authorization.Authorized {
@@ -222,8 +228,8 @@ func clearGrants(g *Gateway) {
 	}
 }
 
-// sameTunnel reports whether the peer's tunnel settings are the current ones (the reqid is
-// the gateway's to assign and is compared by neither).
+// sameTunnel reports whether the peer's tunnel settings are the current ones (the reqids are
+// the gateway's to assign and are compared by neither).
 func sameTunnel(last, cur Peer) bool {
 	if (last.IPsec == nil) != (cur.IPsec == nil) || (last.WireGuard == nil) != (cur.WireGuard == nil) {
 		return false
@@ -231,6 +237,7 @@ func sameTunnel(last, cur Peer) bool {
 	if last.IPsec != nil {
 		a, b := *last.IPsec, *cur.IPsec
 		a.Reqid, b.Reqid = 0, 0
+		a.SubnetReqids, b.SubnetReqids = nil, nil
 		if !reflect.DeepEqual(a, b) {
 			return false
 		}

@@ -246,6 +246,31 @@ type IPsecGateway struct {
 	TunnelMTU int32 `json:"tunnelMTU,omitempty"`
 }
 
+// IKE are an IKE SA's settings: the gateway's (IPsecGateway.IKESettings), or a peer's own
+// (IPsecPeer.IKE).
+type IKE struct {
+	IKEVersion   int32         `json:"ikeVersion"`
+	IKEProposals []string      `json:"ikeProposals"`
+	DPDDelay     time.Duration `json:"dpdDelay"`
+	DPDAction    string        `json:"dpdAction"`
+	RekeyTime    time.Duration `json:"rekeyTime"`
+	ReauthTime   time.Duration `json:"reauthTime"`
+}
+
+// IKESettings are the gateway's IKE SA settings.
+func (g *IPsecGateway) IKESettings() IKE {
+	return IKE{IKEVersion: g.IKEVersion, IKEProposals: slices.Clone(g.IKEProposals), DPDDelay: g.DPDDelay,
+		DPDAction: g.DPDAction, RekeyTime: g.RekeyTime, ReauthTime: g.ReauthTime}
+}
+
+// IKEFor is the IKE SA settings of peer p: its own, or the gateway's.
+func (g *IPsecGateway) IKEFor(p *IPsecPeer) IKE {
+	if p != nil && p.IKE != nil {
+		return *p.IKE
+	}
+	return g.IKESettings()
+}
+
 // DefaultIPsecMTU is an IPsec gateway's tunnel MTU unless spec.ipsec.mtu says otherwise: a
 // 1500-byte path carrying ESP in UDP.
 const DefaultIPsecMTU = 1400
@@ -301,9 +326,27 @@ type IPsecPeer struct {
 	ESPProposals  []string      `json:"espProposals"`
 	RekeyTime     time.Duration `json:"rekeyTime"`
 	PSK           SecretKeyRef  `json:"psk"`
+	// IKE, when the peer sets any IKE setting of its own, are its IKE SA's settings: the
+	// gateway's with the peer's in their place (IPsecGateway.IKEFor).
+	IKE *IKE `json:"ike,omitempty"`
 	// Reqid is the fixed reqid of the peer's CHILD_SAs in kernel-ESP mode (see FirstReqid):
 	// the ruleset grants what arrives through an SA with this reqid only.
 	Reqid uint32 `json:"reqid,omitempty"`
+	// SubnetReqids, for a peer with more than one subnet, are the fixed reqids of its
+	// per-subnet CHILD_SAs, one per Peer.SourceCIDRs entry in that order: a site that
+	// negotiates one CHILD_SA per subnet (as FortiGate, PAN-OS and MikroTik do) gets each its
+	// own reqid. SAs sharing a reqid are interchangeable to the kernel, which sends through the
+	// newest, so one reqid for all of them would send every subnet's traffic through one
+	// subnet's SA.
+	SubnetReqids []uint32 `json:"subnetReqids,omitempty"`
+}
+
+// Reqids are all of the peer's reqids: Reqid, then SubnetReqids (none without a Reqid).
+func (p *IPsecPeer) Reqids() []uint32 {
+	if p == nil || p.Reqid == 0 {
+		return nil
+	}
+	return append([]uint32{p.Reqid}, p.SubnetReqids...)
 }
 
 // WireGuardPeer is the remote WireGuard device.
@@ -350,6 +393,10 @@ const (
 	// ReasonInvalidIdentity: the peer's identity is a wildcard (refused at admission; kept
 	// here for objects admitted before the rule).
 	ReasonInvalidIdentity = "InvalidIdentity"
+	// ReasonIKEv1AnyAddress: the peer's address is %any and its IKE version (its own or the
+	// gateway's) is 1: IKEv1 main mode chooses the pre-shared key by the peer's address before
+	// it knows the identity, so the key could not be bound to the peer; it gets no tunnel.
+	ReasonIKEv1AnyAddress = "IKEv1AnyAddress"
 )
 
 // The exact messages of docs/design.md for the NoGrants outcomes.

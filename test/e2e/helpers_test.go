@@ -716,12 +716,15 @@ type labSite struct {
 	claims []netip.Prefix
 	key    wgtypes.Key // WireGuard
 	psk    string      // IPsec
-	// lifetimes are the site's IPsec rekey and reauthentication times (zero: charon's);
+	// conn are the site's IKE version and its rekey and reauthentication times (zero: charon's);
 	// respondOnly: its charon never initiates (the gateway does).
-	lifetimes   charontest.Lifetimes
+	conn        charontest.ConnOptions
 	respondOnly bool
-	wg          *wgtest.Node
-	charon      *charontest.Charon
+	// perSubnet, when set, are the site's subnets, each negotiated as a CHILD_SA of its own
+	// (as FortiGate, PAN-OS and MikroTik configure phase 2), instead of subnet in one.
+	perSubnet []netip.Prefix
+	wg        *wgtest.Node
+	charon    *charontest.Charon
 }
 
 // newLab builds the gateway (CRs included, rendered) and its LAN. prefix names the WireGuard
@@ -785,12 +788,16 @@ func newLab(tb testing.TB, proto vpnv1.Protocol, k8sNamespace, prefix string, ex
 		}
 	}
 	if proto == vpnv1.ProtocolIPsec {
-		l.gwCharon = charontest.Start(tb, l.cgw, "gw", charontest.Config{})
+		l.gwCharon = charontest.Start(tb, l.cgw, "gw", charontest.Config{Extra: imageCharonSettings})
 	}
 	echoServers(tb, l.gw.Name, netip.IPv4Unspecified(), labCanaryPort)
 	l.kubeconfig = agentKubeconfig(tb, l.gw, l.k8sNS, "gw")
 	return l
 }
+
+// imageCharonSettings are the gateway image's charon settings that decide how tunnels behave
+// (hack/lab/image/strongswan.conf; TestLabCharonHasTheImagesSettings keeps them the same).
+const imageCharonSettings = "  make_before_break = yes"
 
 // gatewayCharonConfig is the gateway image's strongswan.conf as far as the tests need it:
 // charon's table 220 only for packets the ruleset marks as the gateway's (nft.RouteMark;
@@ -1086,8 +1093,12 @@ func (l *lab) configureDeviceTo(s *labSite, gwKey wgtypes.Key, port uint16, remo
 // labSwanctlConf is the site's swanctl.conf: it initiates toward the gateway, remote_ts the
 // networks behind it.
 func labSwanctlConf(s *labSite, remote netip.Prefix) string {
-	return charontest.PSKConfWith(charontest.End{Addr: s.deviceAddr(), ID: s.name + ".example.com", TS: append([]netip.Prefix{s.subnet}, s.claims...)},
-		charontest.End{Addr: labGatewayAddr, ID: labGatewayAddr.String(), TS: []netip.Prefix{remote}}, s.psk, !s.respondOnly, s.lifetimes)
+	local := charontest.End{Addr: s.deviceAddr(), ID: s.name + ".example.com", TS: append([]netip.Prefix{s.subnet}, s.claims...)}
+	if len(s.perSubnet) > 0 {
+		local.TS, local.ChildPerTS = s.perSubnet, true
+	}
+	return charontest.PSKConfWith(local,
+		charontest.End{Addr: labGatewayAddr, ID: labGatewayAddr.String(), TS: []netip.Prefix{remote}}, s.psk, !s.respondOnly, s.conn)
 }
 
 // createPeer creates the site's VPNPeer granted the exposures (and, for IPsec, its PSK

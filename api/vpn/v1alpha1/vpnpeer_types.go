@@ -30,6 +30,8 @@ type VPNPeerSpec struct {
 }
 
 // IPsecPeer is the remote IPsec device.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.ike) || !has(self.ike.version) || self.ike.version != 1 || self.peer.address != '%any'",message="IKE version 1 needs the peer's address, not %any: IKEv1 main mode picks the pre-shared key by the peer's address before it learns the peer's identity, so with %any one peer's key could be tried for another; give the address or use IKE version 2",fieldPath=".ike.version"
 type IPsecPeer struct {
 	// Peer is the remote device's address and identity.
 	Peer IPsecRemote `json:"peer"`
@@ -42,6 +44,12 @@ type IPsecPeer struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(c, !isCIDR(c) || ['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].all(r, !cidr(r).containsCIDR(cidr(c)) && !cidr(c).containsCIDR(cidr(r))))",message="remoteSubnets must not cover 0.0.0.0/8, loopback (127.0.0.0/8), link-local (169.254.0.0/16), multicast (224.0.0.0/4) or reserved (240.0.0.0/4) addresses"
 	// +listType=set
 	RemoteSubnets []string `json:"remoteSubnets"`
+	// IKE settings of this peer's IKE SA, each one that is set replacing the gateway's
+	// (spec.ipsec.ike) for this peer alone: a client whose device needs another IKE version,
+	// proposals, lifetimes or DPD than the gateway's other peers. A dpd block replaces the
+	// gateway's whole (its action defaults to restart).
+	// +optional
+	IKE *PeerIKESettings `json:"ike,omitempty"`
 	// ESP (CHILD SA) settings.
 	// +optional
 	ESP ESPSettings `json:"esp,omitempty"`
@@ -70,6 +78,37 @@ type IPsecRemote struct {
 	// +kubebuilder:validation:XValidation:rule="self.contains('=') || self.contains('@') || !self.contains('-') || !isIP(self.split('-', 2)[0])",message="id names an address range: an address followed by '-' is not one identity"
 	// +optional
 	ID string `json:"id,omitempty"`
+}
+
+// PeerIKESettings are a peer's own IKE SA parameters; what is left out is the gateway's.
+type PeerIKESettings struct {
+	// Version of IKE for this peer.
+	// +kubebuilder:validation:Enum=1;2
+	// +optional
+	Version int32 `json:"version,omitempty"`
+	// Proposals in strongSwan notation, e.g. aes256gcm16-prfsha256-ecp256.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]+(-[a-z0-9_]+)*$`
+	// +optional
+	Proposals []string `json:"proposals,omitempty"`
+	// DPD is dead peer detection.
+	// +optional
+	DPD *DPDSettings `json:"dpd,omitempty"`
+	// RekeyTime of the IKE SA.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,3})$') && duration(self) <= duration('8760h')",message="must be a non-negative duration such as 30s, 1h or 4h30m, at most 8760h"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,3})$') || duration(self) == duration('0s') || duration(self) >= duration('10s')",message="must be 0 or at least 10s: charon counts lifetimes in whole seconds and derives its rekey margins (10 %) from them, which vanish below 10s"
+	// +optional
+	RekeyTime *metav1.Duration `json:"rekeyTime,omitempty"`
+	// ReauthTime of the IKE SA (0 disables reauthentication).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,3})$') && duration(self) <= duration('8760h')",message="must be a non-negative duration such as 30s, 1h or 4h30m, at most 8760h"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,3})$') || duration(self) == duration('0s') || duration(self) >= duration('10s')",message="must be 0 or at least 10s: charon counts lifetimes in whole seconds and derives its rekey margins (10 %) from them, which vanish below 10s"
+	// +optional
+	ReauthTime *metav1.Duration `json:"reauthTime,omitempty"`
 }
 
 // ESPSettings are CHILD SA parameters.

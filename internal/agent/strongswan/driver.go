@@ -535,7 +535,8 @@ func (d *Driver) initiate(ctx context.Context, c strongswan.Connection) {
 	}
 	var children []string
 	for _, name := range c.ChildNames() {
-		if !hasAction(c.IKE.Children[name].StartAction, "start") {
+		// "none": a child only the site starts (one per subnet beside the child for all)
+		if sa := c.IKE.Children[name].StartAction; !hasAction(sa, "start") && sa != "none" {
 			children = append(children, name)
 		}
 	}
@@ -581,13 +582,19 @@ func (d *Driver) kick(ctx context.Context, c strongswan.Connection) {
 	if !initiator(c) {
 		return
 	}
+	d.startChildren(ctx, c, startedChildren(c))
+}
+
+// startedChildren are the connection's children the gateway starts itself (start_action with
+// start): not those only the site starts.
+func startedChildren(c strongswan.Connection) []string {
 	var children []string
 	for _, name := range c.ChildNames() {
 		if hasAction(c.IKE.Children[name].StartAction, "start") {
 			children = append(children, name)
 		}
 	}
-	d.startChildren(ctx, c, children)
+	return children
 }
 
 func (d *Driver) startChildren(ctx context.Context, c strongswan.Connection, children []string) {

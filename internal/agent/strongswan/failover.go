@@ -37,7 +37,7 @@ func (d *Driver) TakeOver(ctx context.Context) error {
 		for _, sa := range sas[c.Name] {
 			d.terminateIKE(ctx, c.Name, sa.UniqueID)
 		}
-		d.startChildren(ctx, c, c.ChildNames())
+		d.startChildren(ctx, c, startedChildren(c))
 		started++
 	}
 	d.log.Info("took over: connections initiated", "connections", started)

@@ -272,7 +272,10 @@ func clientProposals(f *peerFacts) []finding {
 	}
 	p, gw := f.Peer, f.Gateway
 	client := deviceconfig.ParseCharonProposals(f.charon.received.Values[0])
-	proto, allowed, where := "IKE", f.IKEProposals, fmt.Sprintf("spec.ipsec.ike.proposals of VPNGateway %s (shared by all its peers)", gw.Name)
+	proto, allowed, where := "IKE", f.IKEProposals, fmt.Sprintf("spec.ipsec.ike.proposals of VPNGateway %s (shared by its peers without IKE settings of their own)", gw.Name)
+	if p.Spec.IPsec != nil && p.Spec.IPsec.IKE != nil && len(p.Spec.IPsec.IKE.Proposals) > 0 {
+		where = fmt.Sprintf("spec.ipsec.ike.proposals of VPNPeer %s", p.Name)
+	}
 	if len(client) > 0 && client[0].Protocol != "IKE" {
 		proto, allowed, where = client[0].Protocol, f.ESPProposals, fmt.Sprintf("spec.ipsec.esp.proposals of VPNPeer %s", p.Name)
 	}

@@ -222,6 +222,9 @@ func effectiveProposals(gw *vpnv1.VPNGateway, p *vpnv1.VPNPeer) (ike, esp []stri
 		}
 		if p.Spec.IPsec != nil {
 			esp = p.Spec.IPsec.ESP.Proposals
+			if p.Spec.IPsec.IKE != nil && len(p.Spec.IPsec.IKE.Proposals) > 0 {
+				ike = p.Spec.IPsec.IKE.Proposals
+			}
 		}
 		return ike, esp
 	}
@@ -229,6 +232,7 @@ func effectiveProposals(gw *vpnv1.VPNGateway, p *vpnv1.VPNPeer) (ike, esp []stri
 	for _, mp := range m.Peers {
 		if mp.Name == p.Name && mp.IPsec != nil {
 			esp = mp.IPsec.ESPProposals
+			ike = m.IPsec.IKEFor(mp.IPsec).IKEProposals
 		}
 	}
 	return ike, esp

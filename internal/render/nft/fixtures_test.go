@@ -26,11 +26,12 @@ func ipsecGateway(name string, peers []model.Peer, exposures []model.Exposure) *
 		modelgen.Exposures(exposures...), modelgen.IKE(2, "aes256gcm16-prfsha256-ecp256"), modelgen.Peers(peers...))
 }
 
-// ipsecPeer is a peer at 198.51.100.77 with the reqid of a gateway tenant-a/fixture; only an
-// authorized peer holds the exposures (as the model leaves a dark peer none).
+// ipsecPeer is a peer at 198.51.100.77 with the reqids of a gateway tenant-a/fixture (its own
+// and, with several subnets, theirs); only an authorized peer holds the exposures (as the model
+// leaves a dark peer none).
 func ipsecPeer(name string, d model.Decision, exposures []string, subnets ...string) model.Peer {
-	mods := []modelgen.PeerMod{modelgen.IPsec("198.51.100.77", "198.51.100.77"), modelgen.Reqid("tenant-a", "fixture"),
-		modelgen.SourceCIDRs(subnets...)}
+	mods := []modelgen.PeerMod{modelgen.IPsec("198.51.100.77", "198.51.100.77"), modelgen.SourceCIDRs(subnets...),
+		modelgen.Reqid("tenant-a", "fixture")}
 	if d.Authorized {
 		mods = append(mods, modelgen.Grants(exposures...))
 	}

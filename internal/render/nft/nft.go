@@ -391,14 +391,19 @@ func (p *plan) planTunnel(g *model.Gateway, o Options) error {
 			if err := model.ReqidError(peer); err != nil {
 				return fmt.Errorf("kernel ESP: %w", err)
 			}
-			p.reqids = append(p.reqids, peer.IPsec.Reqid)
-			for _, s := range peer.SourceCIDRs {
+			// The peer's reqid carries all its subnets; a subnet's own reqid (its per-subnet
+			// CHILD_SAs) that subnet alone.
+			p.reqids = append(p.reqids, peer.IPsec.Reqids()...)
+			for i, s := range peer.SourceCIDRs {
 				p.sources = append(p.sources, reqidSource{reqid: peer.IPsec.Reqid, prefix: s})
+				if i < len(peer.IPsec.SubnetReqids) {
+					p.sources = append(p.sources, reqidSource{reqid: peer.IPsec.SubnetReqids[i], prefix: s})
+				}
 			}
 		}
 		slices.Sort(p.reqids)
 		if len(slices.Compact(slices.Clone(p.reqids))) != len(p.reqids) {
-			return fmt.Errorf("kernel ESP: two peers share a reqid")
+			return fmt.Errorf("kernel ESP: two of the peers' SAs share a reqid")
 		}
 		slices.SortFunc(p.sources, func(a, b reqidSource) int {
 			if a.reqid != b.reqid {

@@ -13,7 +13,8 @@ import (
 // Kernel ESP binds the ruleset to the gateway's own SAs: every tunnel match names the
 // gateway's reqids (never "meta ipsec"/"rt ipsec", which another IPsec user's packets
 // satisfy too), and every peer subnet is paired with its peer's reqid in tunnel_sources, which
-// the spoof check consults. kernel-libipsec (an interface) renders no reqid at all.
+// the spoof check consults, and with its own subnet reqid (a per-subnet CHILD_SA) — that one
+// with no other subnet. kernel-libipsec (an interface) renders no reqid at all.
 func TestKernelESPMatchesTheGatewaysReqidsOnly(t *testing.T) {
 	for _, tc := range renderCases() {
 		g := tc.gw()
@@ -28,12 +29,19 @@ func TestKernelESPMatchesTheGatewaysReqidsOnly(t *testing.T) {
 				if p.IPsec == nil || !p.HasTunnel() {
 					continue
 				}
-				reqids = append(reqids, p.IPsec.Reqid)
-				for _, s := range p.SourceCIDRs {
+				reqids = append(reqids, p.IPsec.Reqids()...)
+				for i, s := range p.SourceCIDRs {
 					set := lengthName(SetTunnelSources, s.Bits())
 					el := fmt.Sprintf("%d . %s", p.IPsec.Reqid, s.Addr())
 					if !slices.Contains(setElements(t, kernel, set), el) {
 						t.Errorf("kernel ESP: %s lacks %s (peer %s, %s)", set, el, p.Name, s)
+					}
+					for j, r := range p.IPsec.SubnetReqids {
+						other := p.SourceCIDRs[j]
+						el := fmt.Sprintf("%d . %s", r, s.Addr())
+						if has := slices.Contains(setElements(t, kernel, lengthName(SetTunnelSources, s.Bits())), el); has != (i == j) {
+							t.Errorf("kernel ESP: %s holds %s: %v, want %v (the SAs of peer %s's subnet %s carrying %s)", set, el, has, i == j, p.Name, other, s)
+						}
 					}
 					// its source is let in by the set of its length, and only by it
 					accept := fmt.Sprintf("%s ipsec in reqid . %s @%s accept\n", reqidMatch("in"), masked("ip saddr", s.Bits()), set)

@@ -13,7 +13,7 @@ import (
 // SwanctlConf writes c as swanctl.conf text for the gateway's ConfigMap. It walks the same
 // vici-tagged structures the agent marshals for load-conn, with govici's rules (tag names as
 // keys, empty elements left out, bools as yes/no, []string as comma-separated lists, structs
-// and maps as sections, map keys sorted), so the text shows exactly what charon runs. Every
+// and maps as sections, map keys sorted but children in the order charon gets them), so the text shows exactly what charon runs. Every
 // value is double-quoted and escaped; a name or value that cannot be written safely is an
 // error naming its path. Pre-shared keys appear only as comments naming their Secret.
 func (c *Config) SwanctlConf() (string, error) {
@@ -33,9 +33,11 @@ func (c *Config) SwanctlConf() (string, error) {
 			return "", fmt.Errorf("%s: %w", path, err)
 		}
 		w.open(conn.Name)
+		w.children = conn.ChildNames()
 		if err := w.body(reflect.ValueOf(conn.IKE), path); err != nil {
 			return "", err
 		}
+		w.children = nil
 		w.close()
 	}
 	w.close()
@@ -62,6 +64,8 @@ func (c *Config) SwanctlConf() (string, error) {
 type confWriter struct {
 	b      strings.Builder
 	indent int
+	// children is the order of the connection being written's children.
+	children []string
 }
 
 func (w *confWriter) line(s string) {
@@ -202,6 +206,9 @@ func (w *confWriter) field(name string, v reflect.Value, path string) error {
 			keys = append(keys, k.String())
 		}
 		slices.Sort(keys)
+		if name == "children" && w.children != nil {
+			keys = w.children // the order charon gets them in over VICI (Connection.ChildNames)
+		}
 		w.open(name)
 		for _, k := range keys {
 			if err := w.field(k, v.MapIndex(reflect.ValueOf(k).Convert(v.Type().Key())), path+"."+k); err != nil {

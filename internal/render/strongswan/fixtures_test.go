@@ -75,6 +75,17 @@ func cases() []testCase {
 	v1.IPsec.RekeyTime = 8 * time.Hour
 	v1.Peers = []model.Peer{ipsecPeer("legacy", "198.51.100.70", "198.51.100.70", modelgen.DefaultAllow(), "172.16.1.0/24", "172.16.2.0/24")}
 
+	// a site that may negotiate one CHILD_SA per subnet, as FortiGate, PAN-OS and MikroTik do
+	three := baseGateway()
+	three.Peers = []model.Peer{ipsecPeer("forti", "198.51.100.80", "forti.example.net", modelgen.DefaultAllow(), "10.1.0.0/24", "10.2.0.0/24", "10.3.0.0/24")}
+
+	// one gateway, an IKEv2 peer with the gateway's settings beside an IKEv1 peer with its own
+	mixed := baseGateway()
+	v1peer := ipsecPeer("legacy-fw", "198.51.100.90", "198.51.100.90", modelgen.Authorized(), "172.16.1.0/24", "172.16.2.0/24")
+	v1peer.IPsec.IKE = &model.IKE{IKEVersion: 1, IKEProposals: []string{"aes256-sha256-modp2048"}, DPDDelay: 10 * time.Second,
+		DPDAction: "clear", RekeyTime: 8 * time.Hour, ReauthTime: 24 * time.Hour}
+	mixed.Peers = []model.Peer{ipsecPeer("modern", "198.51.100.91", "modern.example.net", modelgen.Authorized(), "10.9.0.0/24"), v1peer}
+
 	none := baseGateway()
 
 	return []testCase{
@@ -82,6 +93,9 @@ func cases() []testCase {
 		{name: "multi-peer-mixed-grants", gw: multi, opts: Options{Reqids: true}},
 		{name: "any-address-dn-id", gw: anyAddr},
 		{name: "ikev1-two-subnets-encap", gw: v1, opts: Options{ForceEncap: true, Reqids: true}},
+		{name: "three-subnets", gw: three},
+		{name: "three-subnets-kernel", gw: three, opts: Options{Reqids: true}},
+		{name: "per-peer-ike", gw: mixed, opts: Options{Reqids: true}},
 		{name: "no-peers", gw: none},
 	}
 }

@@ -70,14 +70,11 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 		return nil, fieldErr("serviceCIDR", "%q is not an IPv4 network address", gw.ServiceCIDR)
 	}
 
-	ike := gw.IPsec
-	if ike.IKEVersion != 1 && ike.IKEVersion != 2 {
-		return nil, fieldErr("ipsec.ikeVersion", "IKE version %d is not 1 or 2", ike.IKEVersion)
-	}
-	if err := checkList("ipsec.ikeProposals", ike.IKEProposals, checkProposal); err != nil {
+	gwIKE, err := ikeValues("ipsec", gw.IPsec.IKESettings())
+	if err != nil {
 		return nil, err
 	}
-	localID, localIDField := ike.LocalID, "ipsec.localID"
+	localID, localIDField := gw.IPsec.LocalID, "ipsec.localID"
 	if localID == "" {
 		localID, localIDField = gw.PublicAddress, "publicAddress"
 	}
@@ -85,23 +82,6 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 		if err := checkID(localID); err != nil {
 			return nil, &FieldError{Field: localIDField, Err: err}
 		}
-	}
-	dpdDelay, err := formatDuration(ike.DPDDelay)
-	if err != nil {
-		return nil, &FieldError{Field: "ipsec.dpdDelay", Err: err}
-	}
-	rekey, err := formatDuration(ike.RekeyTime)
-	if err != nil {
-		return nil, &FieldError{Field: "ipsec.rekeyTime", Err: err}
-	}
-	reauth, err := formatDuration(ike.ReauthTime)
-	if err != nil {
-		return nil, &FieldError{Field: "ipsec.reauthTime", Err: err}
-	}
-	switch ike.DPDAction {
-	case "restart", "clear", "trap":
-	default:
-		return nil, fieldErr("ipsec.dpdAction", "%q is not one of restart, clear, trap", ike.DPDAction)
 	}
 
 	out := &Config{Gateway: gw.Namespace + "/" + gw.Name}
@@ -155,15 +135,31 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 			return nil, &FieldError{Field: pf + ".ipsec.psk", Err: err}
 		}
 
+		// The peer's own IKE settings, or the gateway's.
+		ike := gwIKE
+		if ip.IKE != nil {
+			if ike, err = ikeValues(pf+".ipsec.ike", *ip.IKE); err != nil {
+				return nil, err
+			}
+		}
 		start, dpd, closeAction := actionsFor(ip.RemoteAddress, ike.DPDAction)
+		// Kernel ESP: fixed reqids, the peer's own and, for a peer with several subnets, one
+		// per subnet (model.IPsecPeer.SubnetReqids). A model without subnet reqids (from an
+		// operator before them) gets the one child its reqid can tell apart.
 		var reqid string
+		var subnetReqids []string
 		if opts.Reqids {
 			if err := model.ReqidError(p); err != nil {
 				return nil, &FieldError{Field: pf + ".ipsec.reqid", Err: err}
 			}
 			reqid = strconv.FormatUint(uint64(ip.Reqid), 10)
+			for _, r := range ip.SubnetReqids {
+				subnetReqids = append(subnetReqids, strconv.FormatUint(uint64(r), 10))
+			}
 		}
-		child := func(ts []string) Child {
+		// Several subnets, and the reqids to tell them apart when the kernel needs them.
+		perSubnet := len(remoteTS) > 1 && (!opts.Reqids || len(subnetReqids) == len(remoteTS))
+		child := func(ts []string, reqid, start string) Child {
 			return Child{
 				Mode:         "tunnel",
 				LocalTS:      []string{gw.ServiceCIDR.String()},
@@ -176,13 +172,37 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 				Reqid:        reqid,
 			}
 		}
-		children := map[string]Child{}
-		if ike.IKEVersion == 1 && len(remoteTS) > 1 {
-			for i, ts := range remoteTS {
-				children[name+"~"+strconv.Itoa(i+1)] = child([]string{ts})
+		subnetReqid := func(i int) string {
+			if i < len(subnetReqids) {
+				return subnetReqids[i]
 			}
-		} else {
-			children[name] = child(remoteTS)
+			return reqid
+		}
+		children := map[string]Child{}
+		perSubnetChildren := func(start string) {
+			for i, ts := range remoteTS {
+				children[name+"~"+strconv.Itoa(i+1)] = child([]string{ts}, subnetReqid(i), start)
+			}
+		}
+		switch {
+		case ike.IKEVersion == 1 && len(remoteTS) > 1, perSubnet && start != startNone:
+			// One child per subnet, each started by the gateway: IKEv1 negotiates one subnet
+			// per CHILD_SA; and a site that negotiates a CHILD_SA per subnet (FortiGate, PAN-OS,
+			// MikroTik) gets children that match them exactly, while a site that proposes its
+			// subnets together gets them narrowed to one and the gateway's own CHILD_SAs for the
+			// rest. In kernel ESP every subnet's SAs then have that subnet's reqid, whoever
+			// started them: the kernel sends through the newest SA of a reqid, so one reqid for
+			// several subnets' SAs would send each subnet's traffic through another's.
+			perSubnetChildren(start)
+		case perSubnet:
+			// A site at %any starts what it has: one child for all the subnets, as it proposes
+			// them together, and one per subnet, for a site with one CHILD_SA per subnet (charon
+			// gives a proposal the first of the children matching it best: ChildNames puts the
+			// narrow ones first).
+			children[name] = child(remoteTS, reqid, start)
+			perSubnetChildren(startNone)
+		default:
+			children[name] = child(remoteTS, reqid, start)
 		}
 
 		conn := Connection{
@@ -195,9 +215,9 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 				Proposals:   slices.Clone(ike.IKEProposals),
 				Mobike:      false,
 				SendCertReq: false,
-				DPDDelay:    dpdDelay,
-				RekeyTime:   rekey,
-				ReauthTime:  reauth,
+				DPDDelay:    ike.dpdDelay,
+				RekeyTime:   ike.rekey,
+				ReauthTime:  ike.reauth,
 				Unique:      uniqueReplace,
 				KeyingTries: keyingTriesForever,
 				Local:       Auth{Auth: "psk", ID: localID},
@@ -267,9 +287,45 @@ func localAddress(gw *model.Gateway) string {
 // such a connection is responder-only, so start_action and close_action are "none" and
 // dpd_action "clear" (restart or trap would try to initiate to %any); the peer heals it by
 // initiating again, and unique=replace drops its stale SA when it does.
+// ikeSettings are an IKE SA's settings checked and in swanctl's words.
+type ikeSettings struct {
+	model.IKE
+	dpdDelay, rekey, reauth string
+}
+
+// ikeValues checks an IKE SA's settings (the gateway's, or a peer's own: field names them).
+func ikeValues(field string, ike model.IKE) (ikeSettings, error) {
+	out := ikeSettings{IKE: ike}
+	if ike.IKEVersion != 1 && ike.IKEVersion != 2 {
+		return out, fieldErr(field+".ikeVersion", "IKE version %d is not 1 or 2", ike.IKEVersion)
+	}
+	if err := checkList(field+".ikeProposals", ike.IKEProposals, checkProposal); err != nil {
+		return out, err
+	}
+	var err error
+	if out.dpdDelay, err = formatDuration(ike.DPDDelay); err != nil {
+		return out, &FieldError{Field: field + ".dpdDelay", Err: err}
+	}
+	if out.rekey, err = formatDuration(ike.RekeyTime); err != nil {
+		return out, &FieldError{Field: field + ".rekeyTime", Err: err}
+	}
+	if out.reauth, err = formatDuration(ike.ReauthTime); err != nil {
+		return out, &FieldError{Field: field + ".reauthTime", Err: err}
+	}
+	switch ike.DPDAction {
+	case "restart", "clear", "trap":
+	default:
+		return out, fieldErr(field+".dpdAction", "%q is not one of restart, clear, trap", ike.DPDAction)
+	}
+	return out, nil
+}
+
+// startNone is a child's start_action when only the site starts it.
+const startNone = "none"
+
 func actionsFor(remoteAddress, dpdAction string) (start, dpd, closeAction string) {
 	if remoteAddress == anyAddress {
-		return "none", "clear", "none"
+		return startNone, "clear", "none"
 	}
 	return "trap|start", dpdAction, "start"
 }

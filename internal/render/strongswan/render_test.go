@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -355,9 +356,11 @@ func TestOneSourceOneTunnel(t *testing.T) {
 	}
 }
 
-// Kernel ESP (Options.Reqids): every child of a peer carries the peer's reqid from the model,
-// the same on every render; kernel-libipsec (no Reqids): no child has one. A peer without a
-// reqid cannot be rendered for kernel ESP.
+// Kernel ESP (Options.Reqids): a peer's child for all its subnets carries the peer's reqid
+// from the model, its child for its i-th subnet that subnet's reqid (the peer's own in a model
+// without subnet reqids), no two children of a peer the same one when the model has them, the
+// same on every render; kernel-libipsec (no Reqids): no child has one. A peer without a reqid
+// cannot be rendered for kernel ESP.
 func TestReqidsInKernelModeOnly(t *testing.T) {
 	for _, tc := range cases() {
 		for _, reqids := range []bool{true, false} {
@@ -373,20 +376,30 @@ func TestReqidsInKernelModeOnly(t *testing.T) {
 				byPeer[p.Name] = p
 			}
 			for _, c := range cfg.Connections {
-				want := ""
-				if reqids {
-					want = fmt.Sprint(byPeer[c.Peer].IPsec.Reqid)
-				}
+				ip := byPeer[c.Peer].IPsec
+				seen := map[string]string{}
 				for n, ch := range c.IKE.Children {
+					want := ""
+					if reqids {
+						want = fmt.Sprint(ip.Reqid)
+						if _, i, ok := strings.Cut(n, "~"); ok && len(ip.SubnetReqids) > 0 {
+							k, _ := strconv.Atoi(i)
+							want = fmt.Sprint(ip.SubnetReqids[k-1])
+						}
+					}
 					if ch.Reqid != want {
 						t.Errorf("%s (reqids %v): child %s has reqid %q, want %q", tc.name, reqids, n, ch.Reqid, want)
 					}
 					if reqids && !strings.Contains(conf, "reqid = \""+want+"\"\n") {
 						t.Errorf("%s: swanctl.conf has no line reqid = %q", tc.name, want)
 					}
+					if other, dup := seen[ch.Reqid]; dup && reqids && len(ip.SubnetReqids) > 0 {
+						t.Errorf("%s: children %s and %s of peer %s share reqid %s", tc.name, other, n, c.Peer, ch.Reqid)
+					}
+					seen[ch.Reqid] = n
 				}
 				if reqids && len(c.IKE.Children) > 0 {
-					t.Logf("%s: peer %s -> reqid %s", tc.name, c.Peer, want)
+					t.Logf("%s: peer %s -> reqids %v", tc.name, c.Peer, ip.Reqids())
 				}
 			}
 			if !reqids && strings.Contains(conf, "reqid") {

@@ -8,6 +8,7 @@ package strongswan
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/strongswan/govici/vici"
 
@@ -83,13 +84,22 @@ type Child struct {
 	Reqid string `vici:"reqid" json:"reqid,omitempty"`
 }
 
-// ChildNames returns the connection's child names, sorted.
+// ChildNames returns the connection's child names, the narrowest first (fewest remote traffic
+// selectors), then by name. Charon gives a proposal the child that matches it best and, of
+// equally good ones, the first: a site's CHILD_SA for one subnet matches a child for that subnet
+// exactly and the child for all subnets as well, and must get the one for its subnet (its own
+// reqid in kernel ESP).
 func (c Connection) ChildNames() []string {
 	names := make([]string, 0, len(c.IKE.Children))
 	for n := range c.IKE.Children {
 		names = append(names, n)
 	}
-	slices.Sort(names)
+	slices.SortFunc(names, func(a, b string) int {
+		if d := len(c.IKE.Children[a].RemoteTS) - len(c.IKE.Children[b].RemoteTS); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
 	return names
 }
 

@@ -12,6 +12,9 @@ type End struct {
 	Addr netip.Addr
 	ID   string
 	TS   []netip.Prefix
+	// ChildPerTS (the local end): one child per local traffic selector, "net0", "net1", ...,
+	// as FortiGate, PAN-OS and MikroTik configure phase 2; otherwise one child "net" for all.
+	ChildPerTS bool
 }
 
 // PSKConf is a minimal swanctl.conf, as an engineer would write by hand: one IKEv2 connection
@@ -19,17 +22,37 @@ type End struct {
 // MOBIKE), one tunnel-mode child "net" between the ends' traffic selectors. The initiator
 // starts it and restarts it on DPD; the other end only answers.
 func PSKConf(local, remote End, psk string, initiator bool) string {
-	return PSKConfWith(local, remote, psk, initiator, Lifetimes{})
+	return PSKConfWith(local, remote, psk, initiator, ConnOptions{})
 }
 
-// Lifetimes are a connection's rekey and reauthentication times; zero leaves charon's default
-// (IKE rekey 4 h, CHILD rekey 1 h, no reauthentication). A time that is set rekeys exactly then
-// (rand_time 0).
-type Lifetimes struct {
+// ConnOptions are a connection's IKE version (0: 2) and its rekey and reauthentication times;
+// a zero time leaves charon's default (IKE rekey 4 h, CHILD rekey 1 h, no reauthentication). A
+// time that is set rekeys exactly then (rand_time 0).
+type ConnOptions struct {
+	IKEVersion                   int
 	IKERekey, ChildRekey, Reauth time.Duration
 }
 
-func (lt Lifetimes) ike() string {
+func (lt ConnOptions) version() int {
+	if lt.IKEVersion == 0 {
+		return 2
+	}
+	return lt.IKEVersion
+}
+
+// ikeProposal is AES-256-GCM with ECP-256 for IKEv2; IKEv1 SAs have no AEAD: AES-256 with
+// SHA-256 then.
+func (lt ConnOptions) ikeProposal() string {
+	if lt.version() == 1 {
+		return IKEv1Proposal
+	}
+	return "aes256gcm16-prfsha256-ecp256"
+}
+
+// IKEv1Proposal is PSKConfWith's IKE proposal for IKEv1.
+const IKEv1Proposal = "aes256-sha256-ecp256"
+
+func (lt ConnOptions) ike() string {
 	var b strings.Builder
 	if lt.IKERekey > 0 {
 		fmt.Fprintf(&b, "    rekey_time = %ds\n", int(lt.IKERekey.Seconds()))
@@ -43,25 +66,25 @@ func (lt Lifetimes) ike() string {
 	return b.String()
 }
 
-func (lt Lifetimes) child() string {
+func (lt ConnOptions) child() string {
 	if lt.ChildRekey <= 0 {
 		return ""
 	}
 	return fmt.Sprintf("        rekey_time = %ds\n        rand_time = 0s\n", int(lt.ChildRekey.Seconds()))
 }
 
-// PSKConfWith is PSKConf with lifetimes.
-func PSKConfWith(local, remote End, psk string, initiator bool, lt Lifetimes) string {
+// PSKConfWith is PSKConf with the connection's options.
+func PSKConfWith(local, remote End, psk string, initiator bool, lt ConnOptions) string {
 	start, dpd := "none", "clear"
 	if initiator {
 		start, dpd = "start", "restart"
 	}
 	return `connections {
   gw {
-    version = 2
+    version = ` + fmt.Sprint(lt.version()) + `
     local_addrs = ` + local.Addr.String() + `
     remote_addrs = ` + remote.Addr.String() + `
-    proposals = aes256gcm16-prfsha256-ecp256
+    proposals = ` + lt.ikeProposal() + `
     dpd_delay = 1s
     mobike = no
 ` + lt.ike() + `    local { auth = psk
@@ -69,14 +92,7 @@ func PSKConfWith(local, remote End, psk string, initiator bool, lt Lifetimes) st
     remote { auth = psk
              id = ` + remote.ID + ` }
     children {
-      net {
-        local_ts = ` + prefixList(local.TS) + `
-        remote_ts = ` + prefixList(remote.TS) + `
-        esp_proposals = aes256gcm16-ecp256
-` + lt.child() + `        start_action = ` + start + `
-        dpd_action = ` + dpd + `
-      }
-    }
+` + children(local, remote, lt, start, dpd) + `    }
   }
 }
 secrets {
@@ -87,6 +103,27 @@ secrets {
   }
 }
 `
+}
+
+func children(local, remote End, lt ConnOptions, start, dpd string) string {
+	one := func(name string, ts []netip.Prefix) string {
+		return `      ` + name + ` {
+        local_ts = ` + prefixList(ts) + `
+        remote_ts = ` + prefixList(remote.TS) + `
+        esp_proposals = aes256gcm16-ecp256
+` + lt.child() + `        start_action = ` + start + `
+        dpd_action = ` + dpd + `
+      }
+`
+	}
+	if !local.ChildPerTS {
+		return one("net", local.TS)
+	}
+	var b strings.Builder
+	for i, ts := range local.TS {
+		b.WriteString(one(fmt.Sprintf("net%d", i), []netip.Prefix{ts}))
+	}
+	return b.String()
 }
 
 func prefixList(ps []netip.Prefix) string {

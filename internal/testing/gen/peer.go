@@ -88,6 +88,11 @@ func ESPRekeyTime(d time.Duration) PeerFunc {
 	return func(p *vpnv1.VPNPeer) { ipsecPeer(p).ESP.RekeyTime = &metav1.Duration{Duration: d} }
 }
 
+// PeerIKE sets spec.ipsec.ike: the peer's own IKE settings.
+func PeerIKE(ike vpnv1.PeerIKESettings) PeerFunc {
+	return func(p *vpnv1.VPNPeer) { ipsecPeer(p).IKE = &ike }
+}
+
 // RemoteAddress sets spec.ipsec.peer.address.
 func RemoteAddress(address string) PeerFunc {
 	return func(p *vpnv1.VPNPeer) { ipsecPeer(p).Peer.Address = address }

@@ -94,6 +94,10 @@ type ipsecSite struct {
 	addr   netip.Addr
 	psk    string
 	charon *charontest.Charon
+	// perSubnet, when set, are the site's subnets, each negotiated as a CHILD_SA of its own
+	// (the way FortiGate, PAN-OS and MikroTik configure phase 2), with the site's reqid
+	// siteReqid+i; otherwise subnet is one CHILD_SA with siteReqid.
+	perSubnet []netip.Prefix
 }
 
 // kernelGW is the IPsec gateway's node with its agent.
@@ -311,15 +315,7 @@ func siteSwanctlConf(s *ipsecSite, serviceCIDR netip.Prefix) string {
     remote { auth = psk
              id = ` + ipsecPublic.String() + ` }
     children {
-      net {
-        local_ts = ` + s.subnet.String() + `
-        remote_ts = ` + serviceCIDR.String() + `
-        esp_proposals = aes256gcm16-ecp256
-        start_action = start
-        dpd_action = restart
-        reqid = ` + strconv.Itoa(siteReqid) + `
-      }
-    }
+` + siteChildren(s, serviceCIDR) + `    }
   }
 }
 secrets {
@@ -330,6 +326,27 @@ secrets {
   }
 }
 `
+}
+
+// siteChildren are the site's swanctl children: one for its subnet, or one per subnet.
+func siteChildren(s *ipsecSite, serviceCIDR netip.Prefix) string {
+	subnets := s.perSubnet
+	if len(subnets) == 0 {
+		subnets = []netip.Prefix{s.subnet}
+	}
+	var b strings.Builder
+	for i, sub := range subnets {
+		fmt.Fprintf(&b, `      net%d {
+        local_ts = %s
+        remote_ts = %s
+        esp_proposals = aes256gcm16-ecp256
+        start_action = start
+        dpd_action = restart
+        reqid = %d
+      }
+`, i, sub, serviceCIDR, siteReqid+i)
+	}
+	return b.String()
 }
 
 // connect starts the site's strongSwan (kernel ESP) and waits until its SA is in the node's

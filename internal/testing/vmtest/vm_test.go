@@ -42,7 +42,7 @@ func TestVM(t *testing.T) {
 	res := vmtest.Run(t, "./internal/testing/vmtest", vmtest.Options{Run: "^TestGuest", Env: []string{EnvAgent + "=" + agent}, Timeout: 10 * time.Minute,
 		Modules: append(slices.Clone(vmtest.DefaultModules), "nft_nat", "nft_masq", "nft_fib_ipv4", "nf_conntrack_netlink")})
 	for _, name := range []string{"TestGuestHostTools", "TestGuestKernelWireGuard", "TestGuestKernelXFRM",
-		"TestGuestKernelIPsecGateway", "TestGuestKernelForcedEncapsulation", "TestGuestKernelWireGuardGateway"} {
+		"TestGuestKernelIPsecGateway", "TestGuestKernelForcedEncapsulation", "TestGuestKernelWireGuardGateway", "TestGuestKernelOneChildPerSubnet"} {
 		if !strings.Contains(res.Output, "--- PASS: "+name+" ") {
 			t.Errorf("the VM did not report %s as passed", name)
 		}

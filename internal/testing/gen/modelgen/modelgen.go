@@ -279,9 +279,19 @@ func PSK(secret, key string) PeerFunc {
 }
 
 // Reqid sets the peer's reqid to the one model.PeerReqid gives it on the gateway
-// namespace/gateway.
+// namespace/gateway and, when it has several subnets (SourceCIDRs before it), their reqids
+// (model.SubnetReqid).
 func Reqid(namespace, gateway string) PeerFunc {
-	return func(p *model.Peer) { ipsecPeer(p).Reqid = model.PeerReqid(namespace, gateway, p.Name) }
+	return func(p *model.Peer) {
+		ip := ipsecPeer(p)
+		ip.Reqid = model.PeerReqid(namespace, gateway, p.Name)
+		ip.SubnetReqids = nil
+		if len(p.SourceCIDRs) > 1 {
+			for _, s := range p.SourceCIDRs {
+				ip.SubnetReqids = append(ip.SubnetReqids, model.SubnetReqid(namespace, gateway, p.Name, s))
+			}
+		}
+	}
 }
 
 // WireGuard sets the peer's public key.
