@@ -109,6 +109,32 @@ func startProber(site string, i int, url string) *prober {
 	return p
 }
 
+// answered is how many of its probes have come back so far (answered or failed).
+func (p *prober) answered() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.res)
+}
+
+// atLeastProbes waits until every prober has done minProbes probes (a fault over in a moment,
+// as a handover, leaves too few to tell an outage from a slow probe otherwise).
+func atLeastProbes(t *testing.T, probes []*prober) {
+	t.Helper()
+	if err := eventually(30*time.Second, func() error {
+		for _, p := range probes {
+			if n := p.answered(); n < minProbes {
+				return fmt.Errorf("%s: %d probes", p.site, n)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
+// minProbes is how many probes a fault's summary needs to say anything.
+const minProbes = 15
+
 // finish stops the prober, waits for the probes in flight and summarizes.
 func (p *prober) finish() probeSummary {
 	p.end = time.Now()
@@ -224,12 +250,13 @@ func withProbes(t *testing.T, fault string, sites []faultSite, f func(t *testing
 	t0 := time.Now()
 	f(t)
 	time.Sleep(3 * time.Second)
+	atLeastProbes(t, ps)
 	for i, p := range ps {
 		s := p.finish()
 		t.Logf("%s: %s", fault, s)
 		goal := sites[i].maxOutage
 		switch {
-		case s.total < 10:
+		case s.total < minProbes:
 			t.Errorf("%s: %s: too few probes ran", fault, s.site)
 		case goal == 0 && s.failed > 0:
 			t.Errorf("%s: %s: %d failed probes (goal: none; longest outage from %+.1fs): %s", fault, s.site, s.failed, s.longestStarted.Sub(t0).Seconds(), strings.Join(s.why, "; "))

@@ -327,6 +327,7 @@ func withNodeFaultProbed(t *testing.T, node, fault, undo string, during func(), 
 			t.Errorf("%s after %s %s: %v", s.name, fault, node, err)
 		}
 	}
+	atLeastProbes(t, probes)
 	var sums []probeSummary
 	for i, p := range probes {
 		sum := p.finish()

@@ -503,7 +503,7 @@ func checkGoals(t *testing.T, fault string, sums []probeSummary, sites []faultSi
 	for i, s := range sums {
 		goal := sites[i].maxOutage
 		switch {
-		case s.total < 10:
+		case s.total < minProbes:
 			t.Errorf("%s: %s: too few probes ran", fault, s.site)
 		case goal == 0 && s.failed > 0:
 			t.Errorf("%s: %s: %d failed probes (goal: none): %s", fault, s.site, s.failed, strings.Join(s.why, "; "))

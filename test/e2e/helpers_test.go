@@ -949,56 +949,26 @@ func (l *lab) waitAgentReady(agent *netns.Process, timeout time.Duration) {
 // newSite creates a site's namespace and its link to the gateway (no device, no CR yet).
 func (l *lab) newSite(name string) *labSite {
 	l.tb.Helper()
-	i := l.sites
-	l.sites++
-	if i > 15 {
-		l.tb.Fatal("the lab has room for 16 sites")
-	}
-	s := &labSite{
-		name:   name,
-		ext:    netip.AddrFrom4([4]byte{198, 51, 100, byte(2 + i)}),
-		subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(16 * i)}), 28),
-		addr:   netip.AddrFrom4([4]byte{203, 0, 113, byte(16*i + 1)}),
-	}
+	s, i := l.reserveSite(name)
 	s.ns, s.cns = l.namespace("s" + strconv.Itoa(i))
-	gwIf := "ext" + strconv.Itoa(i)
-	netns.Veth(l.gw, gwIf, s.ns, "ext0")
-	l.gw.MustRun("ip", "addr", "add", labGatewayAddr.String()+"/32", "peer", s.ext.String()+"/32", "dev", gwIf)
-	s.ns.MustRun("ip", "addr", "add", s.ext.String()+"/32", "peer", labGatewayAddr.String()+"/32", "dev", "ext0")
-	if l.proto == vpnv1.ProtocolIPsec {
-		s.ns.MustRun("ip", "addr", "add", s.addr.String()+"/32", "dev", "lo")
-		s.psk = "e2e-psk-" + name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	} else {
-		s.key = wgtest.NewKey(l.tb)
-	}
+	l.linkToGateway(i, s.ext, s.ns)
+	l.siteCredentials(s)
 	return s
 }
 
 // newSiteBehindNAT is newSite with a NAT between the site and the gateway, as a site on a
 // consumer line or behind a cloud's NAT gateway: the site's device has a private address
-// (100.127.0.<4i+2>/30, outside the service CIDR pool) and the NAT namespace between them translates it to the site's public
-// address ext, its source ports to portsFrom..portsFrom+99 (never the device's own 500 or
-// 4500, so the gateway sees a NAT). It returns the NAT's namespace (remap changes its ports).
+// (100.127.0.<4i+2>/30, outside the service CIDR pool) and the NAT namespace between them
+// translates it to the site's public address ext, its source ports to portsFrom..portsFrom+99
+// (never the device's own 500 or 4500, so the gateway sees a NAT). It returns the NAT's
+// namespace (remapNAT changes its ports).
 func (l *lab) newSiteBehindNAT(name string, portsFrom int) (*labSite, *netns.NS) {
 	l.tb.Helper()
-	i := l.sites
-	l.sites++
-	if i > 15 {
-		l.tb.Fatal("the lab has room for 16 sites")
-	}
-	s := &labSite{
-		name:   name,
-		ext:    netip.AddrFrom4([4]byte{198, 51, 100, byte(2 + i)}),
-		inside: netip.AddrFrom4([4]byte{100, 127, 0, byte(4*i + 2)}),
-		subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(16 * i)}), 28),
-		addr:   netip.AddrFrom4([4]byte{203, 0, 113, byte(16*i + 1)}),
-	}
+	s, i := l.reserveSite(name)
+	s.inside = netip.AddrFrom4([4]byte{100, 127, 0, byte(4*i + 2)})
 	nat, _ := l.namespace("n" + strconv.Itoa(i))
 	s.ns, s.cns = l.namespace("s" + strconv.Itoa(i))
-	gwIf := "ext" + strconv.Itoa(i)
-	netns.Veth(l.gw, gwIf, nat, "ext0")
-	l.gw.MustRun("ip", "addr", "add", labGatewayAddr.String()+"/32", "peer", s.ext.String()+"/32", "dev", gwIf)
-	nat.MustRun("ip", "addr", "add", s.ext.String()+"/32", "peer", labGatewayAddr.String()+"/32", "dev", "ext0")
+	l.linkToGateway(i, s.ext, nat)
 	netns.Veth(nat, "in0", s.ns, "ext0")
 	natInside := s.inside.Prev()
 	nat.MustRun("ip", "addr", "add", natInside.String()+"/30", "dev", "in0")
@@ -1006,13 +976,44 @@ func (l *lab) newSiteBehindNAT(name string, portsFrom int) (*labSite, *netns.NS)
 	s.ns.MustRun("ip", "route", "add", "default", "via", natInside.String())
 	nat.Sysctl("net.ipv4.ip_forward", "1")
 	nat.MustRun("nft", natRuleset(s.ext, portsFrom))
+	l.siteCredentials(s)
+	return s, nat
+}
+
+// reserveSite takes the lab's next site slot i: the site's public address 198.51.100.<2+i>,
+// its subnet 203.0.113.<16i>/28 and the host in it the traffic comes from.
+func (l *lab) reserveSite(name string) (*labSite, int) {
+	l.tb.Helper()
+	i := l.sites
+	l.sites++
+	if i > 15 {
+		l.tb.Fatal("the lab has room for 16 sites")
+	}
+	return &labSite{
+		name:   name,
+		ext:    netip.AddrFrom4([4]byte{198, 51, 100, byte(2 + i)}),
+		subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(16 * i)}), 28),
+		addr:   netip.AddrFrom4([4]byte{203, 0, 113, byte(16*i + 1)}),
+	}, i
+}
+
+// linkToGateway links the namespace that holds the site's public address ext (the site's own,
+// or its NAT's) to the gateway, point to point.
+func (l *lab) linkToGateway(i int, ext netip.Addr, ns *netns.NS) {
+	gwIf := "ext" + strconv.Itoa(i)
+	netns.Veth(l.gw, gwIf, ns, "ext0")
+	l.gw.MustRun("ip", "addr", "add", labGatewayAddr.String()+"/32", "peer", ext.String()+"/32", "dev", gwIf)
+	ns.MustRun("ip", "addr", "add", ext.String()+"/32", "peer", labGatewayAddr.String()+"/32", "dev", "ext0")
+}
+
+// siteCredentials gives the site its LAN host (IPsec: on its loopback) and its PSK or key.
+func (l *lab) siteCredentials(s *labSite) {
 	if l.proto == vpnv1.ProtocolIPsec {
 		s.ns.MustRun("ip", "addr", "add", s.addr.String()+"/32", "dev", "lo")
-		s.psk = "e2e-psk-" + name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		s.psk = "e2e-psk-" + s.name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	} else {
 		s.key = wgtest.NewKey(l.tb)
 	}
-	return s, nat
 }
 
 // natRuleset is the NAT namespace's table: what leaves toward the gateway gets the site's

@@ -49,7 +49,9 @@ func TestPeer(t *testing.T) {
 		Exposures:   []string{"crm"},
 		IPsec: &model.IPsecPeer{RemoteAddress: "fw.bravo.example.org", RemoteID: "fw.bravo.example.org",
 			ESPProposals: []string{"aes128gcm16-modp2048"}, RekeyTime: time.Hour,
-			PSK: model.SecretKeyRef{Name: "bravo-psk", Key: "psk"}, Reqid: model.PeerReqid("tenant-a", "acme", "bravo")}}
+			PSK: model.SecretKeyRef{Name: "bravo-psk", Key: "psk"}, Reqid: model.PeerReqid("tenant-a", "acme", "bravo"),
+			SubnetReqids: []uint32{model.SubnetReqid("tenant-a", "acme", "bravo", netip.MustParsePrefix("10.30.0.0/24")),
+				model.SubnetReqid("tenant-a", "acme", "bravo", netip.MustParsePrefix("10.30.8.0/24"))}}}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("IPsec peer:\n got %+v\nwant %+v", p, want)
 	}
