@@ -36,14 +36,9 @@ func TestIPsecOneChildPerSubnet(t *testing.T) {
 	waitGatewayConnection(t, l, s.name)
 	l.configureDevice(s)
 	for _, h := range hosts {
-		waitFor(t, h.String()+" through web", 60*time.Second, func() error {
-			site := *s
-			site.addr = h
-			if err := site.request(l.web(53), time.Second); err != nil {
-				return fmt.Errorf("%v (agent: %s)", err, tail(agent.Output()))
-			}
-			return nil
-		})
+		site := *s
+		site.addr = h
+		l.waitThroughWeb(&site, agent)
 	}
 	sas := l.tunnelSelectors()
 	for i := range s.perSubnet {

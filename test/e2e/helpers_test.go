@@ -1135,6 +1135,18 @@ func (l *lab) createPeerWith(s *labSite, subnets []string, auth *vpnv1.Authoriza
 	return at
 }
 
+// waitThroughWeb waits until a UDP request from the site's host is answered through the web
+// exposure (its tunnel up and granted), the agent's last lines in the error otherwise.
+func (l *lab) waitThroughWeb(s *labSite, agent *netns.Process) {
+	l.tb.Helper()
+	waitFor(l.tb, s.name+" from "+s.addr.String()+" through web", 60*time.Second, func() error {
+		if err := s.request(l.web(53), time.Second); err != nil {
+			return fmt.Errorf("%v (agent: %s)", err, tail(agent.Output()))
+		}
+		return nil
+	})
+}
+
 // request sends one UDP request from the site to addr and waits up to timeout for the echo.
 func (s *labSite) request(addr string, timeout time.Duration) error {
 	c, err := dialIn(s.ns.Name, "udp", s.addr, addr, timeout)

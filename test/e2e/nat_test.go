@@ -60,12 +60,7 @@ func testSiteBehindNAT(t *testing.T, proto vpnv1.Protocol) {
 		waitGatewayConnection(t, l, s.name)
 	}
 	l.configureDevice(s)
-	waitFor(t, "site-a through web", 60*time.Second, func() error {
-		if err := s.request(l.web(53), time.Second); err != nil {
-			return fmt.Errorf("%v (agent: %s)", err, tail(agent.Output()))
-		}
-		return nil
-	})
+	l.waitThroughWeb(s, agent)
 	before := waitSiteSeenFrom(t, l, s, natPortsBefore)
 	if proto == vpnv1.ProtocolIPsec {
 		if sas := l.tunnelSelectors(); !regexp.MustCompile(`TUNNEL-in-UDP`).MatchString(sas) {

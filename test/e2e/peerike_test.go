@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"regexp"
 	"testing"
 	"time"
@@ -30,12 +29,7 @@ func TestIKEv1BesideIKEv2(t *testing.T) {
 		l.configureDevice(s)
 	}
 	for _, s := range []*labSite{v2, v1} {
-		waitFor(t, s.name+" through web", 60*time.Second, func() error {
-			if err := s.request(l.web(53), time.Second); err != nil {
-				return fmt.Errorf("%v (agent: %s)", err, tail(agent.Output()))
-			}
-			return nil
-		})
+		l.waitThroughWeb(s, agent)
 	}
 	sas := l.tunnelSelectors()
 	for _, c := range []struct {

@@ -61,12 +61,7 @@ func TestIPsecRekeyUnderTraffic(t *testing.T) {
 			l.waitAgentReady(agent, 30*time.Second)
 			waitGatewayConnection(t, l, s.name)
 			l.configureDevice(s)
-			waitFor(t, "site-a through web", 60*time.Second, func() error {
-				if err := s.request(l.web(53), time.Second); err != nil {
-					return fmt.Errorf("%v (agent: %s)", err, tail(agent.Output()))
-				}
-				return nil
-			})
+			l.waitThroughWeb(s, agent)
 			rekeysBefore := peerMetric(t, l.gw, "bnerd_vpn_peer_rekeys_total", s.name)
 
 			stream := startUDPStream(t, s.ns.Name, s.addr, l.web(53), 100*time.Millisecond)

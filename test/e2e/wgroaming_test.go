@@ -54,12 +54,7 @@ func testWireGuardAgentKill(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	l.waitAgentReady(agent, 30*time.Second)
-	waitFor(t, "site-a through web", 60*time.Second, func() error {
-		if err := a.request(l.web(53), time.Second); err != nil {
-			return fmt.Errorf("%v (agent: %s)", err, tail(agent.Output()))
-		}
-		return nil
-	})
+	l.waitThroughWeb(a, agent)
 	if mode == "userspace" {
 		waitFor(t, "site-a's endpoint in the agent's state file", 10*time.Second, func() error {
 			raw, err := os.ReadFile(state)

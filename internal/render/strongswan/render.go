@@ -264,29 +264,6 @@ func localAddress(gw *model.Gateway) string {
 	return anyAddress
 }
 
-// actionsFor picks the CHILD_SA actions that make the tunnel heal by itself after the peer
-// restarts, crashes or deletes the SA, without an operator or the agent stepping in:
-//
-//   - start_action "trap|start": initiate as soon as the configuration is loaded (the tunnel
-//     is up before any traffic, so Connected means something even for idle tunnels), and keep
-//     trap policies installed, so that whatever ends the SA in a way no other action covers
-//     (a failed rekey, a negotiation error, a peer that came back while we had given up) is
-//     re-negotiated by the next packet in either direction. strongSwan recommends trap
-//     policies as the only reliable way to re-create failed CHILD_SAs. Needs strongSwan
-//     >= 5.9.6.
-//   - dpd_action from the gateway (default "restart"): when the peer stops answering (crash,
-//     reboot without a DELETE) we re-initiate at once and, with keyingtries=0, keep retrying
-//     until it is back.
-//   - close_action "start": when the peer deletes the CHILD_SA (graceful restart, its own
-//     rekey failure) we re-initiate immediately instead of waiting for traffic to hit the trap.
-//     "none" would also heal (through the trap) but leaves an idle tunnel down and its peer
-//     reported disconnected. A peer that really wants the tunnel gone answers with a permanent
-//     error, which ends the retries.
-//
-// A peer whose address is %any cannot be initiated to (there is nowhere to send the IKE_SA_INIT):
-// such a connection is responder-only, so start_action and close_action are "none" and
-// dpd_action "clear" (restart or trap would try to initiate to %any); the peer heals it by
-// initiating again, and unique=replace drops its stale SA when it does.
 // ikeSettings are an IKE SA's settings checked and in swanctl's words.
 type ikeSettings struct {
 	model.IKE
@@ -323,6 +300,29 @@ func ikeValues(field string, ike model.IKE) (ikeSettings, error) {
 // startNone is a child's start_action when only the site starts it.
 const startNone = "none"
 
+// actionsFor picks the CHILD_SA actions that make the tunnel heal by itself after the peer
+// restarts, crashes or deletes the SA, without an operator or the agent stepping in:
+//
+//   - start_action "trap|start": initiate as soon as the configuration is loaded (the tunnel
+//     is up before any traffic, so Connected means something even for idle tunnels), and keep
+//     trap policies installed, so that whatever ends the SA in a way no other action covers
+//     (a failed rekey, a negotiation error, a peer that came back while we had given up) is
+//     re-negotiated by the next packet in either direction. strongSwan recommends trap
+//     policies as the only reliable way to re-create failed CHILD_SAs. Needs strongSwan
+//     >= 5.9.6.
+//   - dpd_action from the gateway (default "restart"): when the peer stops answering (crash,
+//     reboot without a DELETE) we re-initiate at once and, with keyingtries=0, keep retrying
+//     until it is back.
+//   - close_action "start": when the peer deletes the CHILD_SA (graceful restart, its own
+//     rekey failure) we re-initiate immediately instead of waiting for traffic to hit the trap.
+//     "none" would also heal (through the trap) but leaves an idle tunnel down and its peer
+//     reported disconnected. A peer that really wants the tunnel gone answers with a permanent
+//     error, which ends the retries.
+//
+// A peer whose address is %any cannot be initiated to (there is nowhere to send the IKE_SA_INIT):
+// such a connection is responder-only, so start_action and close_action are "none" and
+// dpd_action "clear" (restart or trap would try to initiate to %any); the peer heals it by
+// initiating again, and unique=replace drops its stale SA when it does.
 func actionsFor(remoteAddress, dpdAction string) (start, dpd, closeAction string) {
 	if remoteAddress == anyAddress {
 		return startNone, "clear", "none"
