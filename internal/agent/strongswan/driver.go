@@ -520,10 +520,31 @@ func (d *Driver) unloadConn(ctx context.Context, name string) error {
 	_ = t.Set("ike", name)
 	_ = t.Set("timeout", "-1") // do not wait for the peer's answer to the DELETE
 	if out, err := d.call(ctx, "terminate", t); err != nil && (out == nil || !strings.Contains(err.Error(), "no matching SAs")) {
-		return fmt.Errorf("connection %s: terminating its SAs: %w", name, err)
+		// charon fails a terminate whose IKE_SA went away between its lookup and its
+		// termination (the site deleted it, or charon did on unload): only an SA still
+		// there is an error.
+		if left, lerr := d.ikeSAsOf(ctx, name); lerr != nil || left > 0 {
+			return fmt.Errorf("connection %s: terminating its SAs: %w", name, err)
+		}
 	}
 	d.log.Info("unloaded connection", "connection", name)
 	return nil
+}
+
+// ikeSAsOf counts the IKE_SAs charon still has for a connection.
+func (d *Driver) ikeSAsOf(ctx context.Context, name string) (int, error) {
+	in := vici.NewMessage()
+	_ = in.Set("ike", name)
+	_ = in.Set("noblock", "yes")
+	events, err := d.collect(ctx, "list-sas", "list-sa", in)
+	if err != nil {
+		return 0, err
+	}
+	sas, err := parseSAs(events)
+	if err != nil {
+		return 0, err
+	}
+	return len(sas[name]), nil
 }
 
 // initiate starts the CHILD_SAs of a new or changed connection that charon does not start
