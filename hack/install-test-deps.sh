@@ -12,7 +12,7 @@
 #   base   what a fresh machine (Debian with Go and gcc) already has: listed, never installed
 # Absolute paths name what has no program name: the CNI plugins (run by libcni), charon's
 # plugins. The bin/ rows are extracted from Debian packages into bin/tools by their scripts
-# (hack/promtool.sh, hack/libreswan-addconn.sh) without installing those packages; helm,
+# (hack/promtool.sh, hack/libreswan.sh) without installing those packages; helm,
 # controller-gen, crd-ref-docs, kube-router and the kube binaries are built from Go into bin/
 # and are not rows. In hack/vm/init (the initramfs) mount, insmod, uname, dd, poweroff and
 # switch_root are busybox-static's applets; their rows name the host's packages.
@@ -76,7 +76,10 @@ swanctl                                                   strongswan-swanctl    
 /usr/lib/cni/portmap                                      containernetworking-plugins     lab
 etcd                                                      etcd-server                     tests,lab     # envtest's (hack/test-binaries.sh links it into bin/k8s)
 bin/tools/promtool                                        prometheus                      tests         hack/promtool.sh
-bin/tools/libreswan/addconn                               libreswan                       tests         hack/libreswan-addconn.sh
+bin/tools/libreswan/addconn                               libreswan                       tests,vm      hack/libreswan.sh
+bin/tools/libreswan/pluto                                 libreswan                       vm            hack/libreswan.sh
+bin/tools/libreswan/whack                                 libreswan                       vm            hack/libreswan.sh
+certutil                                                  libnss3-tools                   vm            # pluto's NSS database
 containerd                                                containerd                      lab
 ctr                                                       containerd                      lab
 runc                                                      runc                            lab           # containerd's runtime

@@ -306,6 +306,7 @@ func renderJunos(p *Params) (string, error) {
 	unit := "st0." + phTunnelNumber
 	d := &doc{comment: "# "}
 	header(d, p, "junos")
+	childrenNote(d, p, "traffic-selector")
 	skippedNote(d, IKE, skIKE)
 	skippedNote(d, ESP, skESP)
 	if len(pfs) > 1 {
@@ -430,6 +431,7 @@ func renderPaloAlto(p *Params) (string, error) {
 	tunnel := "tunnel." + phTunnelNumber
 	d := &doc{comment: "# "}
 	header(d, p, "paloalto")
+	childrenNote(d, p, "proxy-id")
 	skippedNote(d, IKE, skIKE)
 	skippedNote(d, ESP, skESP)
 	flattenNote(d, IKE, ike)

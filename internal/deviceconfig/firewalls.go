@@ -67,6 +67,7 @@ func renderFortigate(p *Params) (string, error) {
 
 	d := &doc{comment: "# "}
 	header(d, p, "fortigate")
+	childrenNote(d, p, "phase2-interface")
 	d.c("Names are at most 15 characters (FortiOS limit): %s.", name)
 	skippedNote(d, IKE, skIKE)
 	skippedNote(d, ESP, skESP)
@@ -524,6 +525,7 @@ func renderMikrotik(p *Params) (string, error) {
 	name := objectName(p, 40)
 	d := &doc{comment: "# "}
 	header(d, p, "mikrotik")
+	childrenNote(d, p, "/ip ipsec policy")
 	skippedNote(d, IKE, skIKE)
 	skippedNote(d, ESP, skESP)
 	flattenNote(d, IKE, ike)

@@ -133,6 +133,21 @@ func (d *doc) String() string { return d.b.String() }
 
 // header writes what every format starts with: whose configuration it is, the values that
 // matter, and what the client must fill in.
+// childrenNote says which CHILD_SAs (phase 2 SAs) the configuration negotiates, each named by
+// its traffic selectors and the device's word for what creates it: one per local network, as
+// the gateway expects (it gives each network's SAs their own binding).
+func childrenNote(d *doc, p *Params, unit string) {
+	pairs := make([]string, len(p.LocalNets))
+	for i, n := range p.LocalNets {
+		pairs[i] = fmt.Sprintf("%s === %s", n, p.ServiceCIDR)
+	}
+	if len(pairs) == 1 {
+		d.c("Phase 2: one CHILD_SA (one %s): %s.", unit, pairs[0])
+		return
+	}
+	d.c("Phase 2: one CHILD_SA per local network (one %s each), %d: %s.", unit, len(pairs), strings.Join(pairs, ", "))
+}
+
 func header(d *doc, p *Params, format string) {
 	f := formatByName(format)
 	d.c("%s for VPNPeer %s/%s of VPNGateway %s/%s,", f.Description, p.Namespace, p.Peer, p.Namespace, p.Gateway)

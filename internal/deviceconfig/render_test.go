@@ -67,7 +67,7 @@ func TestRefusalsAreTheExpectedOnes(t *testing.T) {
 	want := map[string][]string{
 		"ipsec-gcm":      {"mikrotik"},
 		"ipsec-cbc":      nil,
-		"ipsec-ikev1":    {"libreswan", "cisco-ios", "cisco-asa", "junos", "paloalto"},
+		"ipsec-ikev1":    {"cisco-ios", "cisco-asa", "junos", "paloalto"},
 		"ipsec-defaults": {"cisco-asa"}, // an email identity cannot be an ASA's
 	}
 	for _, tc := range cases() {
@@ -327,7 +327,7 @@ func checkINI(t *testing.T, out string) {
 
 // checkLibreswan: one conn, tab-indented key=value lines, the keys libreswan 4 knows, and
 // libreswan's own parser accepts it (`ipsec addconn --checkconfig`, its binary taken out of
-// Debian's package by hack/libreswan-addconn.sh: the package itself conflicts with charon).
+// Debian's package by hack/libreswan.sh: the package itself conflicts with charon).
 func checkLibreswan(t *testing.T, out string) {
 	t.Helper()
 	checkWithAddconn(t, out)
@@ -582,10 +582,10 @@ func (zeroReader) Read(b []byte) (int, error) {
 // with an empty "config setup" section, as /etc/ipsec.conf would hold it.
 func checkWithAddconn(t *testing.T, conn string) {
 	t.Helper()
-	path, err := exec.Command(filepath.Join("..", "..", "hack", "libreswan-addconn.sh")).Output()
+	dir, err := exec.Command(filepath.Join("..", "..", "hack", "libreswan.sh")).Output()
 	if err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("hack/libreswan-addconn.sh: %v", err)
+			t.Fatalf("hack/libreswan.sh: %v", err)
 		}
 		t.Logf("libreswan's addconn is not available here (%v): only the shape is checked", err)
 		return
@@ -594,7 +594,7 @@ func checkWithAddconn(t *testing.T, conn string) {
 	if err := os.WriteFile(file, []byte("config setup\n\n"+conn), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if msg, err := exec.Command(strings.TrimSpace(string(path)), "--config", file, "--checkconfig").CombinedOutput(); err != nil {
+	if msg, err := exec.Command(filepath.Join(strings.TrimSpace(string(dir)), "addconn"), "--config", file, "--checkconfig").CombinedOutput(); err != nil {
 		t.Errorf("libreswan's addconn refuses the configuration: %v: %s", err, msg)
 	}
 }

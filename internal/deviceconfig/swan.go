@@ -2,6 +2,7 @@ package deviceconfig
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/strongswan/swanconf"
@@ -63,6 +64,7 @@ func renderStrongSwan(p *Params) (string, error) {
 	}
 	d := &doc{comment: "# "}
 	header(d, p, "strongswan")
+	childrenNote(d, p, "child")
 	d.c("Load with: swanctl --load-all (file in /etc/swanctl/conf.d/ or swanctl.conf).")
 	d.blank()
 	d.l("connections {")
@@ -156,13 +158,10 @@ func libreswanProposal(ctx Context, v vproposal) string {
 	return strings.Join(parts, "-")
 }
 
-// renderLibreswan writes an ipsec.conf conn for libreswan 4.x.
+// renderLibreswan writes an ipsec.conf conn for libreswan 4.x, IKEv2 or IKEv1 (main mode).
 func renderLibreswan(p *Params) (string, error) {
 	ip := p.IPsec
 	if err := checkPSK(p, vLibreswan); err != nil {
-		return "", err
-	}
-	if err := ikeV2Only(p, vLibreswan); err != nil {
 		return "", err
 	}
 	ike, skIKE, err := translate(vLibreswan, IKE, ip.IKE, func(v vproposal) error {
@@ -188,16 +187,33 @@ func renderLibreswan(p *Params) (string, error) {
 	}
 	esp, groups, skPFS := onePFS(esp)
 	skESP = append(skESP, skPFS...)
+	esp, skPFS, err = libreswanPFS(esp, groups, ip.IKEVersion == 1)
+	if err != nil {
+		return "", err
+	}
+	skESP = append(skESP, skPFS...)
 	name := objectName(p, 64)
 	d := &doc{comment: "# "}
 	header(d, p, "libreswan")
+	if len(p.LocalNets) == 1 {
+		childrenNote(d, p, "leftsubnet")
+	} else {
+		childrenNote(d, p, "leftsubnets entry")
+	}
 	d.c("Put this conn in /etc/ipsec.d/%s.conf and the key line in /etc/ipsec.d/%s.secrets;", name, name)
 	d.c("check with: ipsec addconn --checkconfig --config /etc/ipsec.d/%s.conf", name)
+	if ip.IKEVersion == 1 {
+		d.c("IKEv1: libreswan 4.x drops IKEv1 unless ipsec.conf's config setup has ikev1-policy=accept.")
+	}
 	skippedNote(d, IKE, skIKE)
 	skippedNote(d, ESP, skESP)
 	d.blank()
 	d.l("conn %s", name)
-	d.l("\tikev2=insist")
+	if ip.IKEVersion == 1 {
+		d.l("\tikev2=no") // IKEv1, main mode
+	} else {
+		d.l("\tikev2=insist")
+	}
 	d.l("\tauthby=secret")
 	d.l("\tleft=%%defaultroute")
 	d.l("\tleftid=%s", left)
@@ -226,7 +242,9 @@ func renderLibreswan(p *Params) (string, error) {
 	d.l("\tikelifetime=%ss", seconds(ip.IKELifetime))
 	d.l("\tsalifetime=%ss", seconds(ip.ESPLifetime))
 	d.l("\tdpddelay=%s", seconds(dpdDelay(p)))
-	d.l("\tdpdtimeout=%s", seconds(dpdDelay(p)*dpdRetries))
+	if ip.IKEVersion == 1 {
+		d.l("\tdpdtimeout=%s", seconds(dpdDelay(p)*dpdRetries)) // IKEv2 retransmits instead
+	}
 	d.l("\tdpdaction=restart")
 	d.l("\tmobike=no")
 	if p.IPsec.ForceEncap {
@@ -237,6 +255,35 @@ func renderLibreswan(p *Params) (string, error) {
 	d.c("/etc/ipsec.d/%s.secrets:", name)
 	d.l("# %s %s : PSK \"%s\"", left, right, psk(p))
 	return d.String(), nil
+}
+
+// libreswanPFS keeps the ESP proposals with one PFS group, each reduced to it: libreswan 4
+// refuses a conn whose ESP proposals name several DH groups (it does not implement INVALID_KE
+// for a CHILD_SA), and offers only MODP groups for IKEv1's phase 2. The group is the first of
+// the gateway's that libreswan can use there.
+func libreswanPFS(vps []vproposal, groups []string, ikev1 bool) (kept []vproposal, left []string, err error) {
+	var usable []string
+	for _, g := range groups {
+		if !ikev1 || strings.HasPrefix(g, "modp") {
+			usable = append(usable, g)
+		}
+	}
+	if len(groups) == 0 {
+		return vps, nil, nil
+	}
+	if len(usable) == 0 {
+		return nil, nil, fmt.Errorf("libreswan: the gateway's ESP proposals use PFS groups %s, and libreswan offers only MODP groups for IKEv1's phase 2", strings.Join(groups, ", "))
+	}
+	g := usable[0]
+	for _, v := range vps {
+		if !slices.Contains(v.DH, g) {
+			left = append(left, fmt.Sprintf("%s: libreswan proposes one PFS group for all ESP proposals, %s here", v.P.String(ESP), g))
+			continue
+		}
+		v.DH = []string{g}
+		kept = append(kept, v)
+	}
+	return kept, left, nil
 }
 
 // renderWGQuick writes a wg-quick configuration: our service CIDR is the only allowed IPs, our
