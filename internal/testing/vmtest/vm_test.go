@@ -38,11 +38,25 @@ func TestVM(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the agent: %v\n%s", err, out)
 	}
+	// libreswan's programs for the libreswan site, out of Debian's package (cached)
+	libreswan, err := exec.Command(filepath.Join(root, "hack", "libreswan.sh")).Output()
+	if err != nil {
+		t.Fatalf("hack/libreswan.sh: %v", err)
+	}
+	env := []string{EnvAgent + "=" + agent, EnvLibreswan + "=" + strings.TrimSpace(string(libreswan))}
 	// The timeout covers go test -c and the wait for another VM too.
-	res := vmtest.Run(t, "./internal/testing/vmtest", vmtest.Options{Run: "^TestGuest", Env: []string{EnvAgent + "=" + agent}, Timeout: 10 * time.Minute,
+	// BNERD_VMTEST_RUN narrows the guest tests while working on one (then only it is checked).
+	run, only := "^TestGuest", os.Getenv("BNERD_VMTEST_RUN")
+	if only != "" {
+		run = only
+	}
+	res := vmtest.Run(t, "./internal/testing/vmtest", vmtest.Options{Run: run, Env: env, Timeout: 10 * time.Minute,
 		Modules: append(slices.Clone(vmtest.DefaultModules), "nft_nat", "nft_masq", "nft_fib_ipv4", "nf_conntrack_netlink")})
 	for _, name := range []string{"TestGuestHostTools", "TestGuestKernelWireGuard", "TestGuestKernelXFRM",
-		"TestGuestKernelIPsecGateway", "TestGuestKernelForcedEncapsulation", "TestGuestKernelWireGuardGateway", "TestGuestKernelOneChildPerSubnet"} {
+		"TestGuestKernelIPsecGateway", "TestGuestKernelForcedEncapsulation", "TestGuestKernelWireGuardGateway", "TestGuestKernelOneChildPerSubnet", "TestGuestKernelLibreswanSite"} {
+		if only != "" && !regexp.MustCompile(only).MatchString(name) {
+			continue
+		}
 		if !strings.Contains(res.Output, "--- PASS: "+name+" ") {
 			t.Errorf("the VM did not report %s as passed", name)
 		}
