@@ -12,10 +12,10 @@ import (
 )
 
 // A site with three subnets that negotiates one CHILD_SA per subnet, as FortiGate, PAN-OS and
-// MikroTik configure phase 2 (and as `kubectl vpn peer-config` tells them to): the gateway has
-// a child for each subnet besides the one for all, so each of the site's CHILD_SAs matches one
-// exactly, none is terminated as beyond the peer's limit, and a stream from an address in each
-// subnet (every 100 ms, all three at once) loses nothing.
+// MikroTik configure phase 2 (and as `kubectl vpn peer-config` tells them to, which the test
+// checks against the site's layout): the gateway has a child for each subnet, so each of the
+// site's CHILD_SAs matches one exactly, none is terminated as beyond the peer's limit, and a
+// stream from an address in each subnet (every 100 ms, all three at once) loses nothing.
 func TestIPsecOneChildPerSubnet(t *testing.T) {
 	l := newLab(t, vpnv1.ProtocolIPsec, uniqueNamespace("e2e-children"), "")
 	agent := l.startAgent()
@@ -71,4 +71,18 @@ func TestIPsecOneChildPerSubnet(t *testing.T) {
 		t.Errorf("the agent terminated %.0f of the site's CHILD_SAs as beyond its limit", refused)
 	}
 	t.Logf("the gateway's CHILD_SAs of %s: %d installed", s.name, strings.Count(sas, "INSTALLED"))
+
+	// The device configurations for FortiGate, PAN-OS and MikroTik say they negotiate the
+	// layout this site negotiated: one CHILD_SA per subnet, with these selectors.
+	var want []string
+	for _, p := range s.perSubnet {
+		want = append(want, fmt.Sprintf("%s === %s", p, l.serviceCIDR))
+	}
+	note := fmt.Sprintf("per local network (one %%s each), %d: %s.", len(want), strings.Join(want, ", "))
+	for format, unit := range map[string]string{"fortigate": "phase2-interface", "paloalto": "proxy-id", "mikrotik": "/ip ipsec policy"} {
+		out := l.peerConfig(s.name, format)
+		if !strings.Contains(out, fmt.Sprintf(note, unit)) {
+			t.Errorf("peer-config --format %s does not say it negotiates the site's CHILD_SAs (%s):\n%s", format, strings.Join(want, ", "), out)
+		}
+	}
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/firewall"
 	"github.com/bnerd/bnerd-vpn-operator/internal/agent/status"
 	agentwg "github.com/bnerd/bnerd-vpn-operator/internal/agent/wireguard"
+	"github.com/bnerd/bnerd-vpn-operator/internal/deviceconfig"
 	"github.com/bnerd/bnerd-vpn-operator/internal/model"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/children"
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
@@ -1231,4 +1232,27 @@ func (l *lab) nftState() (string, error) {
 		return "", err
 	}
 	return firewall.CanonicalListing(out), nil
+}
+
+// peerConfig is what `kubectl vpn peer-config <peer> --format <format>` prints for one of the
+// gateway's peers: the same function on the same objects, read from the API server.
+func (l *lab) peerConfig(peer, format string) string {
+	l.tb.Helper()
+	ctx := context.Background()
+	gw, p := &vpnv1.VPNGateway{}, &vpnv1.VPNPeer{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: l.k8sNS, Name: "gw"}, gw); err != nil {
+		l.tb.Fatal(err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: l.k8sNS, Name: peer}, p); err != nil {
+		l.tb.Fatal(err)
+	}
+	if gw.Status.PublicAddress == "" {
+		// no endpoint controller here: the address the sites reach the gateway at
+		gw.Status.PublicAddress = labGatewayAddr.String()
+	}
+	out, err := deviceconfig.RenderInput(deviceconfig.Input{Gateway: gw, Peer: p}, format)
+	if err != nil {
+		l.tb.Fatalf("peer-config %s --format %s: %v", peer, format, err)
+	}
+	return out
 }
