@@ -176,21 +176,22 @@ func (c hostileRejection) check(t *testing.T, ns, name string) string {
 
 // Patterns and messages of the markers in api/vpn/v1alpha1 the cases expect.
 const (
-	patName      = `should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'`
-	patProposal  = `should match '^[a-z0-9]+(-[a-z0-9_]+)*$'`
-	patIKEID     = `should match '^[A-Za-z0-9@._:=,+/* -]+$'`
-	patSecret    = `should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'`
-	patWGKey     = `should match '^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$'`
-	patWGEnd     = `should match '^[A-Za-z0-9.-]+:[0-9]{1,5}$'`
-	patNode      = `should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'`
-	patService   = `should match '^[a-z]([-a-z0-9]*[a-z0-9])?$'`
-	msgDuration  = "must be a non-negative duration such as 30s, 1h or 4h30m, at most 8760h"
-	msgLifetime  = "must be 0 or at least 10s"
-	msgTargetOne = "exactly one of address or service must be set"
-	msgEndpoint  = "exactly one of floatingIPPool, floatingIP, loadBalancer or hostNetwork must be set"
-	msgPeerOne   = "exactly one of ipsec or wireguard must be set"
-	msgSubnets   = "remoteSubnets must be IPv4 network addresses in CIDR notation"
-	msgPorts     = "ports must be port numbers (443) or strings"
+	patName         = `should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'`
+	patProposal     = `should match '^[a-z0-9]+(-[a-z0-9_]+)*$'`
+	patIKEID        = `should match '^[A-Za-z0-9@._:=,+/* -]+$'`
+	patSecret       = `should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'`
+	patWGKey        = `should match '^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$'`
+	patWGEnd        = `should match '^[A-Za-z0-9.-]+:[0-9]{1,5}$'`
+	patNode         = `should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'`
+	patService      = `should match '^[a-z]([-a-z0-9]*[a-z0-9])?$'`
+	msgDuration     = "must be a non-negative duration such as 30s, 1h or 4h30m, at most 8760h"
+	msgLifetime     = "must be 0 or at least 10s"
+	msgDPDTimeoutV2 = "dpd.timeout applies to IKEv1 only"
+	msgTargetOne    = "exactly one of address or service must be set"
+	msgEndpoint     = "exactly one of floatingIPPool, floatingIP, loadBalancer or hostNetwork must be set"
+	msgPeerOne      = "exactly one of ipsec or wireguard must be set"
+	msgSubnets      = "remoteSubnets must be IPv4 network addresses in CIDR notation"
+	msgPorts        = "ports must be port numbers (443) or strings"
 	// msgUnsafeSubnets and msgUnicastTarget: docs/design.md "Nothing reaches what the cluster did not offer".
 	msgUnsafeSubnets = "remoteSubnets must not cover 0.0.0.0/8, loopback (127.0.0.0/8), link-local (169.254.0.0/16), multicast (224.0.0.0/4) or reserved (240.0.0.0/4) addresses"
 	msgUnicastTarget = "address must be a unicast address: not loopback, link-local (e.g. cloud metadata 169.254.169.254), multicast, unspecified or broadcast"
@@ -367,6 +368,13 @@ func hostileRejections() []hostileRejection {
 		{name: "gateway/dpd-action-not-in-enum", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
 			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{DPD: &vpnv1.DPDSettings{Action: "exec /bin/sh"}}}
 		}), field: "spec.ipsec.ike.dpd.action", msg: `Unsupported value: "exec /bin/sh"`},
+		{name: "gateway/dpd-timeout-with-ikev2", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{DPD: &vpnv1.DPDSettings{Timeout: &metav1.Duration{Duration: 30 * time.Second}}}}
+		}), field: "spec.ipsec.ike.dpd.timeout", msg: msgDPDTimeoutV2},
+		{name: "gateway/dpd-timeout-500ms", obj: gatewayRawWith(func(m map[string]any) {
+			mustSet(m, int64(1), "spec", "ipsec", "ike", "version")
+			mustSet(m, "500ms", "spec", "ipsec", "ike", "dpd", "timeout")
+		}), field: "spec.ipsec.ike.dpd.timeout", msg: "must be at least 1s"},
 		{name: "gateway/localID-newline", obj: gatewayWith(func(g *vpnv1.VPNGateway) {
 			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{LocalID: "gw.example.com\n  auth = psk"}
 		}), field: "spec.ipsec.localID", msg: patIKEID},
@@ -464,6 +472,9 @@ func hostileRejections() []hostileRejection {
 		{name: "peer/ike-dpd-action-not-in-enum", obj: peerWith(func(p *vpnv1.VPNPeer) {
 			p.Spec.IPsec.IKE = &vpnv1.PeerIKESettings{DPD: &vpnv1.DPDSettings{Action: "exec /bin/sh"}}
 		}), field: "spec.ipsec.ike.dpd.action", msg: `Unsupported value: "exec /bin/sh"`},
+		{name: "peer/ike-dpd-timeout-with-ikev2", obj: peerWith(func(p *vpnv1.VPNPeer) {
+			p.Spec.IPsec.IKE = &vpnv1.PeerIKESettings{Version: 2, DPD: &vpnv1.DPDSettings{Timeout: &metav1.Duration{Duration: 30 * time.Second}}}
+		}), field: "spec.ipsec.ike.dpd.timeout", msg: msgDPDTimeoutV2},
 		{name: "peer/esp-rekeyTime-1s", obj: peerRawWith(setDuration("1s", "spec", "ipsec", "esp", "rekeyTime")),
 			field: "spec.ipsec.esp.rekeyTime", msg: msgLifetime},
 		{name: "peer/psk-secret-name-uppercase", obj: peerWith(func(p *vpnv1.VPNPeer) { p.Spec.IPsec.PSKSecretRef.Name = "Client-PSK" }),
@@ -673,6 +684,13 @@ func hostileControls() []hostileControl {
 				RekeyTime: &metav1.Duration{Duration: 4*time.Hour + 30*time.Minute}, ReauthTime: &metav1.Duration{},
 			}}
 		})},
+		{"gateway/ikev1-dpd-timeout", gatewayWith(func(g *vpnv1.VPNGateway) {
+			g.Spec.IPsec = &vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{Version: 1, Proposals: []string{"aes256-sha256-modp2048"},
+				DPD: &vpnv1.DPDSettings{Delay: &metav1.Duration{Duration: 10 * time.Second}, Timeout: &metav1.Duration{Duration: 30 * time.Second}}}}
+		})},
+		{"peer/ike-dpd-timeout-version-of-the-gateway", peerWith(func(p *vpnv1.VPNPeer) {
+			p.Spec.IPsec.IKE = &vpnv1.PeerIKESettings{DPD: &vpnv1.DPDSettings{Timeout: &metav1.Duration{Duration: 30 * time.Second}}}
+		})},
 		{"gateway/durations-as-typed", gatewayRawWith(setDuration("1.5h", "spec", "ipsec", "ike", "rekeyTime"))},
 		{"gateway/duration-zero", gatewayRawWith(setDuration("0", "spec", "ipsec", "ike", "reauthTime"))},
 		{"peer/baseline", peerWith(nil)},
@@ -789,6 +807,13 @@ func hostileAnswers() []hostileAnswer {
 			p := gen.VPNPeer(ns, "p", gen.RemoteSubnets("10.20.0.0/16", "100.120.48.128/25"))
 			create(t, p)
 			return peerCondition(t, p, vpnv1.ConditionAuthorized, model.ReasonSubnetOverlapsServiceCIDR, "100.120.48.128/25")
+		}},
+		{"peer/dpd-timeout-on-an-ikev2-gateway", func(t *testing.T, ns string) string {
+			create(t, hostileGateway(ns, "gw"), pskSecret(ns, "p"))
+			p := gen.VPNPeer(ns, "p", gen.RemoteSubnets("10.20.0.0/16"),
+				gen.PeerIKE(vpnv1.PeerIKESettings{DPD: &vpnv1.DPDSettings{Timeout: &metav1.Duration{Duration: 30 * time.Second}}}))
+			create(t, p)
+			return peerCondition(t, p, vpnv1.ConditionAuthorized, model.ReasonDPDTimeoutNeedsIKEv1, "spec.ipsec.ike.dpd.timeout")
 		}},
 		{"peer/subnet-overlaps-pod-cidr", func(t *testing.T, ns string) string {
 			create(t, hostileGateway(ns, "gw"), pskSecret(ns, "p"))

@@ -44,6 +44,9 @@ func SheetOf(p *Params) *Sheet {
 		if ip.ReauthTime > 0 {
 			ike.ReauthTime = swanDuration(ip.ReauthTime)
 		}
+		if ip.DPDTimeout > 0 {
+			ike.DPD.Timeout = swanDuration(ip.DPDTimeout)
+		}
 		for _, pr := range ip.IKE {
 			ike.Proposals = append(ike.Proposals, sheetProposal(IKE, pr))
 		}

@@ -91,6 +91,7 @@ func cases() []renderCase {
 				Gateway: ipsecGateway(&vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{
 					Version:   1,
 					Proposals: []string{"aes256-sha256-modp2048"},
+					DPD:       &vpnv1.DPDSettings{Timeout: &metav1.Duration{Duration: 2 * time.Minute}},
 				}}),
 				Peer: ipsecPeer("legacy", "192.0.2.80", "", vpnv1.ESPSettings{Proposals: []string{"aes128-sha1-modp2048"}},
 					"10.1.0.0/24", "10.2.0.0/24"),

@@ -71,6 +71,8 @@ type IPsecParams struct {
 	PeerAddress string
 	DPDDelay    time.Duration
 	DPDAction   string
+	// DPDTimeout is the gateway's IKEv1 dead peer timeout (0: charon's default).
+	DPDTimeout time.Duration
 	// IKELifetime is the gateway's IKE rekey time, ESPLifetime its CHILD SA rekey time.
 	IKELifetime, ReauthTime, ESPLifetime time.Duration
 	// PSKSecret names the Secret holding the key.
@@ -205,6 +207,7 @@ func Resolve(in Input) (*Params, error) {
 			PeerAddress: mp.IPsec.RemoteAddress,
 			DPDDelay:    ike.DPDDelay,
 			DPDAction:   ike.DPDAction,
+			DPDTimeout:  ike.DPDTimeout,
 			IKELifetime: ike.RekeyTime,
 			ReauthTime:  ike.ReauthTime,
 			ESPLifetime: mp.IPsec.RekeyTime,

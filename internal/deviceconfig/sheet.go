@@ -791,7 +791,11 @@ func (im *importer) ike(s *SheetIKE) *vpnv1.IPsecGatewaySettings {
 			im.fail("ike.dpd.action", "%q is not restart, clear, trap or none", dpd.Action)
 		}
 		if dpd.Timeout != "" {
-			im.fail("ike.dpd.timeout", "the gateway has no DPD timeout: strongSwan's IKEv2 declares a peer dead after its retransmissions (about 165 s) fail; leave it out")
+			if ike.Version == 1 {
+				out.Timeout = im.duration("ike.dpd.timeout", dpd.Timeout)
+			} else {
+				im.fail("ike.dpd.timeout", "a DPD timeout applies to IKEv1 only: strongSwan's IKEv2 declares a peer dead after its retransmissions (about 165 s) fail; leave it out")
+			}
 		}
 		ike.DPD = out
 	}

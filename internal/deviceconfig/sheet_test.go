@@ -153,7 +153,7 @@ func TestImportRefusals(t *testing.T) {
 		{"ike-version", strings.Replace(goodSheet, "version: 2", "version: 3", 1), "ike.version", "not 1 or 2"},
 		{"certificates", strings.Replace(goodSheet, "Pre-shared key", "RSA signatures", 1), "ike.authentication", "pre-shared keys only"},
 		{"aggressive", strings.Replace(goodSheet, "version: 2", "version: 1\n  mode: aggressive", 1), "ike.mode", "aggressive mode"},
-		{"dpd-timeout", strings.Replace(goodSheet, "action: restart}", "action: restart, timeout: 120s}", 1), "ike.dpd.timeout", "no DPD timeout"},
+		{"dpd-timeout", strings.Replace(goodSheet, "action: restart}", "action: restart, timeout: 120s}", 1), "ike.dpd.timeout", "applies to IKEv1 only"},
 		{"dpd-action", strings.Replace(goodSheet, "action: restart}", "action: explode}", 1), "ike.dpd.action", "not restart"},
 		{"lifetime", strings.Replace(goodSheet, "lifetime: 28800", "lifetime: forever", 1), "ike.lifetime", "not a duration"},
 		{"lifetime-too-long", strings.Replace(goodSheet, "lifetime: 28800", "lifetime: 9000h", 1), "ike.lifetime", "not between"},
@@ -342,7 +342,7 @@ func TestRoundTripStrongSwan(t *testing.T) {
 					Networks:       nets,
 					RemoteNetworks: swanconf.SplitList(get(ch, "remote_ts")),
 				},
-				IKE: &SheetIKE{Lifetime: get(c, "rekey_time"), DPD: &SheetDPD{Delay: get(c, "dpd_delay")}},
+				IKE: &SheetIKE{Lifetime: get(c, "rekey_time"), DPD: &SheetDPD{Delay: get(c, "dpd_delay"), Timeout: get(c, "dpd_timeout")}},
 				ESP: &SheetESP{Lifetime: get(ch, "rekey_time")},
 				PSK: "round-trip-pre-shared-key",
 			}

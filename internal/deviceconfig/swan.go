@@ -78,6 +78,9 @@ func renderStrongSwan(p *Params) (string, error) {
 		d.l("        encap = yes")
 	}
 	d.l("        dpd_delay = %s", swanDuration(dpdDelay(p)))
+	if ip.DPDTimeout > 0 {
+		d.l("        dpd_timeout = %s", swanDuration(ip.DPDTimeout)) // IKEv1: the gateway's
+	}
 	d.l("        rekey_time = %s", swanDuration(ip.IKELifetime))
 	if ip.ReauthTime > 0 {
 		d.l("        reauth_time = %s", swanDuration(ip.ReauthTime))
@@ -243,7 +246,11 @@ func renderLibreswan(p *Params) (string, error) {
 	d.l("\tsalifetime=%ss", seconds(ip.ESPLifetime))
 	d.l("\tdpddelay=%s", seconds(dpdDelay(p)))
 	if ip.IKEVersion == 1 {
-		d.l("\tdpdtimeout=%s", seconds(dpdDelay(p)*dpdRetries)) // IKEv2 retransmits instead
+		timeout := dpdDelay(p) * dpdRetries
+		if ip.DPDTimeout > 0 {
+			timeout = ip.DPDTimeout // the gateway's
+		}
+		d.l("\tdpdtimeout=%s", seconds(timeout)) // IKEv2 retransmits instead
 	}
 	d.l("\tdpdaction=restart")
 	d.l("\tmobike=no")

@@ -77,7 +77,8 @@ type verdict struct {
 // The decision is taken in these steps, in this order (authSteps, one function each):
 //  1. a peer whose protocol section does not match the gateway's is dark and has no tunnel
 //     (ProtocolMismatch), and so is an IPsec peer at %any whose IKE version (its own or the
-//     gateway's) is 1 (IKEv1AnyAddress: main mode picks the PSK by the address; protocolStep);
+//     gateway's) is 1 (IKEv1AnyAddress: main mode picks the PSK by the address; protocolStep),
+//     or it sets a DPD timeout while its IKE version is 2 (DPDTimeoutNeedsIKEv1);
 //  2. exactly one peer without an authorization block reaches everything (DefaultAllow);
 //     otherwise the peer's own block decides (NoGrants, UnknownGrant or Authorized; grantStep).
 //     This is the peer's grant, not a refusal: a peer without grants is dark but keeps its
@@ -274,6 +275,10 @@ func protocolStep(a *authorization, st *peerAuth) (string, string, bool) {
 	if ip := st.peer.Spec.IPsec; ip != nil && ip.Peer.Address == "%any" && ikeVersionOf(a.gw, ip) == 1 {
 		st.dropTunnel()
 		return ReasonIKEv1AnyAddress, "IKE version 1 with address %any: IKEv1 main mode picks the pre-shared key by the peer's address before it learns the peer's identity, so with %any one peer's key could be tried for another; give the peer's address or use IKE version 2 (spec.ipsec.ike.version)", false
+	}
+	if ip := st.peer.Spec.IPsec; ip != nil && ip.IKE != nil && ip.IKE.DPD != nil && ip.IKE.DPD.Timeout != nil && ikeVersionOf(a.gw, ip) != 1 {
+		st.dropTunnel()
+		return ReasonDPDTimeoutNeedsIKEv1, "spec.ipsec.ike.dpd.timeout applies to IKEv1 only, and this peer uses IKEv2 (the gateway's version): IKEv2 declares a peer dead when its retransmissions of a liveness check run out; remove the timeout or set spec.ipsec.ike.version: 1", false
 	}
 	return "", "", true
 }

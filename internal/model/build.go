@@ -408,7 +408,10 @@ func buildIPsecGateway(s *vpnv1.IPsecGatewaySettings, errs *errList) *IPsecGatew
 	}
 	ike := buildIKE("spec.ipsec.ike", out.IKESettings(), ikeFields{version: s.IKE.Version, proposals: s.IKE.Proposals,
 		dpd: s.IKE.DPD, rekey: s.IKE.RekeyTime, reauth: s.IKE.ReauthTime}, errs)
-	out.IKEVersion, out.IKEProposals, out.DPDDelay, out.DPDAction = ike.IKEVersion, ike.IKEProposals, ike.DPDDelay, ike.DPDAction
+	out.IKEVersion, out.IKEProposals, out.DPDDelay, out.DPDAction, out.DPDTimeout = ike.IKEVersion, ike.IKEProposals, ike.DPDDelay, ike.DPDAction, ike.DPDTimeout
+	if d := s.IKE.DPD; d != nil && d.Timeout != nil && ike.IKEVersion != 1 {
+		errs.add(ReasonInvalidSpec, "spec.ipsec.ike.dpd.timeout", "a DPD timeout applies to IKEv1 only: IKEv2 declares a peer dead when its retransmissions of a liveness check run out")
+	}
 	out.RekeyTime, out.ReauthTime = ike.RekeyTime, ike.ReauthTime
 	return out
 }
@@ -439,6 +442,9 @@ func buildIKE(field string, base IKE, in ikeFields, errs *errList) IKE {
 		if in.dpd.Delay != nil {
 			out.DPDDelay = nonNegative(field+".dpd.delay", in.dpd.Delay.Duration, errs)
 		}
+		if in.dpd.Timeout != nil {
+			out.DPDTimeout = nonNegative(field+".dpd.timeout", in.dpd.Timeout.Duration, errs)
+		}
 		switch in.dpd.Action {
 		case "":
 		case "restart", "clear", "trap":
@@ -446,6 +452,12 @@ func buildIKE(field string, base IKE, in ikeFields, errs *errList) IKE {
 		default:
 			errs.add(ReasonInvalidSpec, field+".dpd.action", "DPD action %q is not one of restart, clear, trap", in.dpd.Action)
 		}
+	}
+	if out.IKEVersion != 1 {
+		// IKEv2 has no DPD timeout: a timeout set beside it is refused by the API (the
+		// gateway's), the model (the gateway's, buildIPsecGateway) or the peer's authorization
+		// (a peer's own, protocolStep); one inherited from an IKEv1 gateway does not apply.
+		out.DPDTimeout = 0
 	}
 	if in.rekey != nil {
 		out.RekeyTime = nonNegative(field+".rekeyTime", in.rekey.Duration, errs)

@@ -280,6 +280,9 @@ func TestBuildErrors(t *testing.T) {
 		{"routed mode", func(in *Input) { in.Gateway.Spec.Mode = vpnv1.ModeRouted },
 			[]wantErr{{ReasonModeNotImplemented, "spec.mode"}}},
 		{"unknown mode", func(in *Input) { in.Gateway.Spec.Mode = "bridged" }, []wantErr{{ReasonInvalidSpec, "spec.mode"}}},
+		{"DPD timeout on an IKEv2 gateway", func(in *Input) {
+			in.Gateway.Spec.IPsec = &vpnv1.IPsecGatewaySettings{IKE: vpnv1.IKESettings{DPD: &vpnv1.DPDSettings{Timeout: &metav1.Duration{Duration: time.Minute}}}}
+		}, []wantErr{{ReasonInvalidSpec, "spec.ipsec.ike.dpd.timeout"}}},
 		{"unknown protocol", func(in *Input) { in.Gateway.Spec.Protocol = "openvpn" }, []wantErr{{ReasonInvalidSpec, "spec.protocol"}}},
 		{"no endpoint", func(in *Input) { in.Gateway.Spec.Endpoint = vpnv1.Endpoint{} }, []wantErr{{ReasonInvalidSpec, "spec.endpoint"}}},
 		{"two endpoints", func(in *Input) { in.Gateway.Spec.Endpoint.FloatingIP = "198.51.100.9" },

@@ -84,3 +84,54 @@ func TestIKEv1AtAnyAddressGetsNoTunnel(t *testing.T) {
 		})
 	}
 }
+
+// A DPD timeout is IKEv1's (charon's dpd_timeout): an IKEv1 peer gets its own or the
+// gateway's; an IKEv2 peer that sets one gets no tunnel (DPDTimeoutNeedsIKEv1) rather than
+// another liveness check than it asked for, and one inherited from an IKEv1 gateway does not
+// apply to it. (An IKEv2 gateway with a timeout is invalid: TestBuildErrors.)
+func TestDPDTimeoutIsIKEv1s(t *testing.T) {
+	timeout := func(d time.Duration) *vpnv1.DPDSettings { return &vpnv1.DPDSettings{Timeout: &metav1.Duration{Duration: d}} }
+	for _, tc := range []struct {
+		name       string
+		gw         vpnv1.IKESettings
+		peer       *vpnv1.PeerIKESettings
+		wantReason string        // "" = a tunnel
+		want       time.Duration // its DPD timeout
+	}{
+		{"IKEv1 gateway's timeout", vpnv1.IKESettings{Version: 1, DPD: timeout(40 * time.Second)}, nil, "", 40 * time.Second},
+		{"IKEv1 peer's own", vpnv1.IKESettings{Version: 1, DPD: timeout(40 * time.Second)}, &vpnv1.PeerIKESettings{DPD: timeout(20 * time.Second)}, "", 20 * time.Second},
+		{"IKEv1 peer on an IKEv2 gateway", vpnv1.IKESettings{Version: 2}, &vpnv1.PeerIKESettings{Version: 1, DPD: timeout(20 * time.Second)}, "", 20 * time.Second},
+		{"IKEv2 peer on an IKEv1 gateway with a timeout", vpnv1.IKESettings{Version: 1, DPD: timeout(40 * time.Second)}, &vpnv1.PeerIKESettings{Version: 2}, "", 0},
+		{"IKEv2 peer's own timeout", vpnv1.IKESettings{Version: 2}, &vpnv1.PeerIKESettings{DPD: timeout(20 * time.Second)}, ReasonDPDTimeoutNeedsIKEv1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mods []gen.PeerMod
+			if tc.peer != nil {
+				mods = append(mods, gen.PeerIKE(*tc.peer))
+			}
+			in := testInput(ipsecPeer("site", []string{"10.20.0.0/24"}, mods...))
+			tc.gw.Proposals = []string{"aes256-sha256-modp2048"}
+			in.Gateway.Spec.IPsec = &vpnv1.IPsecGatewaySettings{IKE: tc.gw}
+			g, errs := Build(in)
+			if errs != nil {
+				t.Fatal(errs)
+			}
+			p := g.Peers[0]
+			if tc.wantReason != "" {
+				if p.HasTunnel() || p.Authorization.Reason != tc.wantReason {
+					t.Fatalf("tunnel %v, reason %s (%s); want none, %s", p.HasTunnel(), p.Authorization.Reason, p.Authorization.Message, tc.wantReason)
+				}
+				return
+			}
+			if !p.HasTunnel() {
+				t.Fatalf("no tunnel: %s: %s", p.Authorization.Reason, p.Authorization.Message)
+			}
+			if got := g.IPsec.IKEFor(p.IPsec).DPDTimeout; got != tc.want {
+				t.Errorf("DPD timeout %s, want %s", got, tc.want)
+			}
+			if err := Verify(g); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -237,8 +237,10 @@ type IPsecGateway struct {
 	LocalID      string        `json:"localID,omitempty"`
 	DPDDelay     time.Duration `json:"dpdDelay"`
 	DPDAction    string        `json:"dpdAction"`
-	RekeyTime    time.Duration `json:"rekeyTime"`
-	ReauthTime   time.Duration `json:"reauthTime"`
+	// DPDTimeout is IKEv1's dead peer timeout (0: charon's default).
+	DPDTimeout time.Duration `json:"dpdTimeout,omitempty"`
+	RekeyTime  time.Duration `json:"rekeyTime"`
+	ReauthTime time.Duration `json:"reauthTime"`
 	// ForceEncap UDP-encapsulates ESP even without a NAT (spec.ipsec.forceEncapsulation).
 	ForceEncap bool `json:"forceEncap,omitempty"`
 	// TunnelMTU clamps the MSS of TCP through the tunnels to TunnelMTU-40; 0 means
@@ -253,14 +255,16 @@ type IKE struct {
 	IKEProposals []string      `json:"ikeProposals"`
 	DPDDelay     time.Duration `json:"dpdDelay"`
 	DPDAction    string        `json:"dpdAction"`
-	RekeyTime    time.Duration `json:"rekeyTime"`
-	ReauthTime   time.Duration `json:"reauthTime"`
+	// DPDTimeout is IKEv1's dead peer timeout (0: charon's default).
+	DPDTimeout time.Duration `json:"dpdTimeout,omitempty"`
+	RekeyTime  time.Duration `json:"rekeyTime"`
+	ReauthTime time.Duration `json:"reauthTime"`
 }
 
 // IKESettings are the gateway's IKE SA settings.
 func (g *IPsecGateway) IKESettings() IKE {
 	return IKE{IKEVersion: g.IKEVersion, IKEProposals: slices.Clone(g.IKEProposals), DPDDelay: g.DPDDelay,
-		DPDAction: g.DPDAction, RekeyTime: g.RekeyTime, ReauthTime: g.ReauthTime}
+		DPDAction: g.DPDAction, DPDTimeout: g.DPDTimeout, RekeyTime: g.RekeyTime, ReauthTime: g.ReauthTime}
 }
 
 // IKEFor is the IKE SA settings of peer p: its own, or the gateway's.
@@ -397,6 +401,10 @@ const (
 	// gateway's) is 1: IKEv1 main mode chooses the pre-shared key by the peer's address before
 	// it knows the identity, so the key could not be bound to the peer; it gets no tunnel.
 	ReasonIKEv1AnyAddress = "IKEv1AnyAddress"
+	// ReasonDPDTimeoutNeedsIKEv1: the peer sets its own DPD timeout while its IKE version (its
+	// own or the gateway's) is 2, which has none; it gets no tunnel rather than another
+	// liveness check than the one it asked for.
+	ReasonDPDTimeoutNeedsIKEv1 = "DPDTimeoutNeedsIKEv1"
 )
 
 // The exact messages of docs/design.md for the NoGrants outcomes.

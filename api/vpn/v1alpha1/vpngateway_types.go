@@ -272,6 +272,7 @@ type IPsecGatewaySettings struct {
 }
 
 // IKESettings are IKE SA parameters.
+// +kubebuilder:validation:XValidation:rule="!has(self.dpd) || !has(self.dpd.timeout) || (has(self.version) && self.version == 1)",message="dpd.timeout applies to IKEv1 only: IKEv2 declares a peer dead when its retransmissions of a liveness check run out (about 165 s), not after a timeout",fieldPath=".dpd.timeout"
 type IKESettings struct {
 	// Version of IKE.
 	// +kubebuilder:validation:Enum=1;2
@@ -311,6 +312,15 @@ type DPDSettings struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,3})$') && duration(self) <= duration('8760h')",message="must be a non-negative duration such as 30s, 1h or 4h30m, at most 8760h"
 	// +optional
 	Delay *metav1.Duration `json:"delay,omitempty"`
+	// Timeout after which an IKEv1 peer that answered no liveness check is declared dead
+	// (charon's dpd_timeout; unset: as long as an IKE message's retransmissions, about 165s).
+	// IKEv1 only: IKEv2 declares a peer dead when its retransmissions run out.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,3})$') && duration(self) <= duration('8760h')",message="must be a non-negative duration such as 30s, 1h or 4h30m, at most 8760h"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(h|m|s|ms|us|µs|μs|ns)){1,3})$') || duration(self) >= duration('1s')",message="must be at least 1s"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// Action when the peer is dead.
 	// +kubebuilder:validation:Enum=restart;clear;trap
 	// +kubebuilder:default=restart

@@ -81,6 +81,7 @@ type IPsecRemote struct {
 }
 
 // PeerIKESettings are a peer's own IKE SA parameters; what is left out is the gateway's.
+// +kubebuilder:validation:XValidation:rule="!has(self.dpd) || !has(self.dpd.timeout) || !has(self.version) || self.version == 1",message="dpd.timeout applies to IKEv1 only: IKEv2 declares a peer dead when its retransmissions of a liveness check run out (about 165 s), not after a timeout",fieldPath=".dpd.timeout"
 type PeerIKESettings struct {
 	// Version of IKE for this peer.
 	// +kubebuilder:validation:Enum=1;2
@@ -214,6 +215,10 @@ type TunnelStatus struct {
 	PacketsIn int64 `json:"packetsIn,omitempty"`
 	// +optional
 	PacketsOut int64 `json:"packetsOut,omitempty"`
+	// Rekeys of the peer's SAs (CHILD_SA and IKE_SA rekeys, reauthentications) the gateway pod
+	// counted since it started (IPsec).
+	// +optional
+	Rekeys int64 `json:"rekeys,omitempty"`
 }
 
 // VPNPeer is one remote party of a VPNGateway.

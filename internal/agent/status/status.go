@@ -41,7 +41,7 @@ type Writer struct {
 type written struct {
 	state, message string
 	gen            int64
-	counters       [4]uint64
+	counters       [5]uint64
 	endpoint       netip.AddrPort
 	at             time.Time
 	since          metav1.Time
@@ -69,7 +69,7 @@ func (w *Writer) Report(ctx context.Context, b *render.Bundle, snap agent.Snapsh
 			continue
 		}
 		last, seen := w.written[p.Name]
-		counters := [4]uint64{s.BytesIn, s.BytesOut, s.PacketsIn, s.PacketsOut}
+		counters := [5]uint64{s.BytesIn, s.BytesOut, s.PacketsIn, s.PacketsOut, s.Rekeys}
 		changed := !seen || last.state != s.State || last.message != s.Message || last.gen != p.Generation || last.endpoint != s.Endpoint
 		if !changed && (counters == last.counters || snap.Taken.Sub(last.at) < minInterval) {
 			continue
@@ -100,7 +100,7 @@ func (w *Writer) write(ctx context.Context, peer string, gen int64, s agent.Peer
 	}
 	tunnel := &vpnv1.TunnelStatus{
 		BytesIn: int64(s.BytesIn), BytesOut: int64(s.BytesOut),
-		PacketsIn: int64(s.PacketsIn), PacketsOut: int64(s.PacketsOut),
+		PacketsIn: int64(s.PacketsIn), PacketsOut: int64(s.PacketsOut), Rekeys: int64(s.Rekeys),
 	}
 	if !s.EstablishedAt.IsZero() {
 		t := metav1.NewTime(s.EstablishedAt.Truncate(time.Second))

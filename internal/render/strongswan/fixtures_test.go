@@ -73,6 +73,7 @@ func cases() []testCase {
 	v1.IPsec.IKEProposals = []string{"aes256-sha256-modp2048"}
 	v1.IPsec.ReauthTime = 24 * time.Hour
 	v1.IPsec.RekeyTime = 8 * time.Hour
+	v1.IPsec.DPDTimeout = 40 * time.Second
 	v1.Peers = []model.Peer{ipsecPeer("legacy", "198.51.100.70", "198.51.100.70", modelgen.DefaultAllow(), "172.16.1.0/24", "172.16.2.0/24")}
 
 	// a site that may negotiate one CHILD_SA per subnet, as FortiGate, PAN-OS and MikroTik do
@@ -83,7 +84,7 @@ func cases() []testCase {
 	mixed := baseGateway()
 	v1peer := ipsecPeer("legacy-fw", "198.51.100.90", "198.51.100.90", modelgen.Authorized(), "172.16.1.0/24", "172.16.2.0/24")
 	v1peer.IPsec.IKE = &model.IKE{IKEVersion: 1, IKEProposals: []string{"aes256-sha256-modp2048"}, DPDDelay: 10 * time.Second,
-		DPDAction: "clear", RekeyTime: 8 * time.Hour, ReauthTime: 24 * time.Hour}
+		DPDAction: "clear", DPDTimeout: 30 * time.Second, RekeyTime: 8 * time.Hour, ReauthTime: 24 * time.Hour}
 	mixed.Peers = []model.Peer{ipsecPeer("modern", "198.51.100.91", "modern.example.net", modelgen.Authorized(), "10.9.0.0/24"), v1peer}
 
 	none := baseGateway()

@@ -216,6 +216,7 @@ func Render(gw *model.Gateway, opts Options) (*Config, error) {
 				Mobike:      false,
 				SendCertReq: false,
 				DPDDelay:    ike.dpdDelay,
+				DPDTimeout:  ike.dpdTimeout,
 				RekeyTime:   ike.rekey,
 				ReauthTime:  ike.reauth,
 				Unique:      uniqueReplace,
@@ -267,7 +268,7 @@ func localAddress(gw *model.Gateway) string {
 // ikeSettings are an IKE SA's settings checked and in swanctl's words.
 type ikeSettings struct {
 	model.IKE
-	dpdDelay, rekey, reauth string
+	dpdDelay, dpdTimeout, rekey, reauth string
 }
 
 // ikeValues checks an IKE SA's settings (the gateway's, or a peer's own: field names them).
@@ -282,6 +283,14 @@ func ikeValues(field string, ike model.IKE) (ikeSettings, error) {
 	var err error
 	if out.dpdDelay, err = formatDuration(ike.DPDDelay); err != nil {
 		return out, &FieldError{Field: field + ".dpdDelay", Err: err}
+	}
+	if ike.DPDTimeout != 0 {
+		if ike.IKEVersion != 1 {
+			return out, fieldErr(field+".dpdTimeout", "a DPD timeout applies to IKEv1 only")
+		}
+		if out.dpdTimeout, err = formatDuration(ike.DPDTimeout); err != nil {
+			return out, &FieldError{Field: field + ".dpdTimeout", Err: err}
+		}
 	}
 	if out.rekey, err = formatDuration(ike.RekeyTime); err != nil {
 		return out, &FieldError{Field: field + ".rekeyTime", Err: err}

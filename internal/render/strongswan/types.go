@@ -51,6 +51,8 @@ type IKE struct {
 	Mobike      bool   `vici:"mobike" json:"mobike"`
 	SendCertReq bool   `vici:"send_certreq" json:"send_certreq"`
 	DPDDelay    string `vici:"dpd_delay" json:"dpd_delay,omitempty"`
+	// DPDTimeout is IKEv1's dead peer timeout; empty: charon's default.
+	DPDTimeout  string `vici:"dpd_timeout" json:"dpd_timeout,omitempty"`
 	RekeyTime   string `vici:"rekey_time" json:"rekey_time,omitempty"`
 	ReauthTime  string `vici:"reauth_time" json:"reauth_time,omitempty"`
 	Unique      string `vici:"unique" json:"unique,omitempty"`
