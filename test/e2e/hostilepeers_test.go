@@ -214,3 +214,70 @@ func ikeSA(t *testing.T, c *charontest.Charon) string {
 	})
 	return sa
 }
+
+// TestIKEv1AtAnyAddressHasNoKey: IKEv1 main mode picks the pre-shared key by the peer's
+// address before the peer names itself, so at %any one peer's key could be tried for another.
+// On an IKEv1 gateway a peer at %any gets no tunnel (IKEv1AnyAddress): its key is never loaded
+// into the gateway's charon, and a real IKEv1 site presenting its identity with its very key,
+// from an address of its own, establishes nothing and reaches nothing — while a peer at a
+// fixed address works over IKEv1 beside it.
+func TestIKEv1AtAnyAddressHasNoKey(t *testing.T) {
+	ctx := context.Background()
+	l := newLab(t, vpnv1.ProtocolIPsec, uniqueNamespace("e2e-v1any"), "", gen.IKEVersion(1, charontest.IKEv1Proposal))
+	hq, roamer := l.newSite("hq"), l.newSite("roamer")
+	for _, s := range []*labSite{hq, roamer} {
+		s.conn.IKEVersion = 1
+	}
+	l.createPeer(hq, "web")
+	l.createPeerWith(roamer, []string{roamer.subnet.String()}, &vpnv1.Authorization{Exposures: []string{"web"}},
+		gen.IPsecPeer("%any", "roamer.example.com"))
+	agent := l.startAgent()
+	l.waitAgentReady(agent, 30*time.Second)
+	waitFor(t, "roamer refused with IKEv1AnyAddress", 30*time.Second, func() error {
+		p := &vpnv1.VPNPeer{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: l.k8sNS, Name: roamer.name}, p); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, vpnv1.ConditionAuthorized)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != model.ReasonIKEv1AnyAddress {
+			return fmt.Errorf("Authorized condition %+v", c)
+		}
+		return nil
+	})
+	waitGatewayConnection(t, l, hq.name)
+	l.configureDevice(hq)
+	l.waitThroughWeb(hq, agent)
+
+	// The roamer's own device, its identity and key, from its address: nothing to match.
+	seen := len(l.gwCharon.Log())
+	l.configureDevice(roamer)
+	waitFor(t, "the gateway refusing the roamer's IKEv1 attempt", 30*time.Second, func() error {
+		if !strings.Contains(roamer.charon.Log(), "initiating Main Mode") {
+			return fmt.Errorf("the roamer has not initiated yet")
+		}
+		if len(l.gwCharon.Log()) == seen {
+			return fmt.Errorf("the gateway has not heard the roamer yet")
+		}
+		return nil
+	})
+	conns, err := l.gwCharon.Swanctl("--list-conns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(conns, "roamer") {
+		t.Errorf("the gateway's charon has a connection for the roamer:\n%s", conns)
+	}
+	if strings.Contains(l.gwCharon.Log(), "shared key with id 'ike-roamer'") {
+		t.Errorf("the gateway's charon loaded the roamer's pre-shared key")
+	}
+	if err := roamer.request(l.web(53), 2*time.Second); err == nil {
+		t.Errorf("the roamer reached web")
+	}
+	if sas := l.tunnelSelectors(); strings.Contains(sas, "roamer.example.com") {
+		t.Errorf("the gateway has an SA with the roamer's identity:\n%s", sas)
+	}
+	if err := hq.request(l.web(53), time.Second); err != nil {
+		t.Errorf("hq (IKEv1 at its address) after the roamer's attempt: %v", err)
+	}
+	t.Logf("IKEv1 at %%any: no connection, no key, no SA for roamer; hq over IKEv1 at its address reaches web")
+}

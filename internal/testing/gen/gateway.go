@@ -118,6 +118,17 @@ func WireGuardPrivateKey(secret, key string) GatewayFunc {
 	}
 }
 
+// IKEVersion sets spec.ipsec.ike.version and, when given, spec.ipsec.ike.proposals.
+func IKEVersion(v int32, proposals ...string) GatewayFunc {
+	return func(g *vpnv1.VPNGateway) {
+		ike := &ipsecSettings(g).IKE
+		ike.Version = v
+		if len(proposals) > 0 {
+			ike.Proposals = proposals
+		}
+	}
+}
+
 // DPDDelay sets spec.ipsec.ike.dpd.delay.
 func DPDDelay(d time.Duration) GatewayFunc {
 	return func(g *vpnv1.VPNGateway) {
