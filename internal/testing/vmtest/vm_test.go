@@ -53,7 +53,7 @@ func TestVM(t *testing.T) {
 	res := vmtest.Run(t, "./internal/testing/vmtest", vmtest.Options{Run: run, Env: env, Timeout: 10 * time.Minute,
 		Modules: append(slices.Clone(vmtest.DefaultModules), "nft_nat", "nft_masq", "nft_fib_ipv4", "nf_conntrack_netlink")})
 	for _, name := range []string{"TestGuestHostTools", "TestGuestKernelWireGuard", "TestGuestKernelXFRM",
-		"TestGuestKernelIPsecGateway", "TestGuestKernelForcedEncapsulation", "TestGuestKernelWireGuardGateway", "TestGuestKernelOneChildPerSubnet", "TestGuestKernelLibreswanSite"} {
+		"TestGuestKernelIPsecGateway", "TestGuestKernelForcedEncapsulation", "TestGuestKernelWireGuardGateway", "TestGuestKernelOneChildPerSubnet", "TestGuestKernelLibreswanSite", "TestGuestKernelRekeyUnderTraffic"} {
 		if only != "" && !regexp.MustCompile(only).MatchString(name) {
 			continue
 		}
