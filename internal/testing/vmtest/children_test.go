@@ -10,7 +10,6 @@ import (
 
 	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/charontest"
-	"github.com/bnerd/bnerd-vpn-operator/internal/testing/netns"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/vmtest"
 )
 
@@ -41,8 +40,7 @@ func TestGuestKernelOneChildPerSubnet(t *testing.T) {
 	}
 	t.Logf("model: peer a reqid %d, its subnets' %v", peer.IPsec.Reqid, peer.IPsec.SubnetReqids)
 
-	g.charon = charontest.Start(t, g.node, "gw", charontest.Config{Plugins: imageKernelPlugins(t),
-		Extra: fmt.Sprintf("plugins {\n    kernel-netlink {\n      fwmark = %#x/%#x\n    }\n  }", nft.RouteMark, nft.RouteMark)})
+	g.startCharon()
 	g.startAgent(true)
 	a.charon = charontest.Start(t, a.ns, a.name, charontest.Config{Plugins: kernelPlugins})
 	if err := a.charon.LoadSwanctlConf(siteSwanctlConf(a, g.m.ServiceCIDR)); err != nil {
@@ -71,20 +69,9 @@ func TestGuestKernelOneChildPerSubnet(t *testing.T) {
 	// ruleset drops and counts it, whichever of the peer's SAs for that subnet the site's kernel
 	// picks (the gateway also starts its child for all three subnets, which the site narrows).
 	spoof := netip.MustParseAddr("203.0.113.13")
-	a.ns.AddLoopback(spoof.String() + "/32")
-	a.ns.MustRun("ip", "xfrm", "policy", "add", "src", spoof.String()+"/32", "dst", g.m.ServiceCIDR.String(), "dir", "out", "priority", "1",
-		"tmpl", "src", a.ext.String(), "dst", ipsecPublic.String(), "proto", "esp", "reqid", strconv.Itoa(siteReqid), "mode", "tunnel")
-	s0 := g.counter(nft.CounterSpoofed)
-	sendUDP(t, a.ns, spoof, dns, 5)
-	var s1 int
-	_ = netns.Eventually(5*time.Second, func() error {
-		if s1 = g.counter(nft.CounterSpoofed); s1-s0 < 5 {
-			return fmt.Errorf("%d counted", s1-s0)
-		}
-		return nil
-	})
-	if s1-s0 < 5 {
-		t.Errorf("5 datagrams from %s (none of the peer's subnets) through the first subnet's SA: %s counted %d", spoof, nft.CounterSpoofed, s1-s0)
+	counted := g.spoofThrough(a.ns, a.ext, spoof, strconv.Itoa(siteReqid), dns)
+	if counted < 5 {
+		t.Errorf("5 datagrams from %s (none of the peer's subnets) through the first subnet's SA: %s counted %d", spoof, nft.CounterSpoofed, counted)
 	}
-	t.Logf("from %s through %s's SA: %s +%d", spoof, a.perSubnet[0], nft.CounterSpoofed, s1-s0)
+	t.Logf("from %s through %s's SA: %s +%d", spoof, a.perSubnet[0], nft.CounterSpoofed, counted)
 }

@@ -267,6 +267,34 @@ func (g *kernelGW) vip(exposure string) netip.Addr {
 	return netip.Addr{}
 }
 
+// startCharon starts the gateway's charon as the image runs it in kernel mode: its plugins
+// without kernel-libipsec, its routes consulted only for the ruleset's marked flows.
+func (g *kernelGW) startCharon() {
+	g.t.Helper()
+	g.charon = charontest.Start(g.t, g.node, "gw", charontest.Config{Plugins: imageKernelPlugins(g.t),
+		Extra: fmt.Sprintf("plugins {\n    kernel-netlink {\n      fwmark = %#x/%#x\n    }\n  }", nft.RouteMark, nft.RouteMark)})
+}
+
+// spoofThrough sends 5 datagrams from spoof (an address of the site's outside the peer's
+// networks) to dst through the site's SA with reqid siteReqid (a policy of higher priority
+// than the site's own), and returns how many the ruleset counted as spoofed.
+func (g *kernelGW) spoofThrough(ns *netns.NS, ext, spoof netip.Addr, siteReqid, dst string) int {
+	g.t.Helper()
+	ns.AddLoopback(spoof.String() + "/32")
+	ns.MustRun("ip", "xfrm", "policy", "add", "src", spoof.String()+"/32", "dst", g.m.ServiceCIDR.String(), "dir", "out", "priority", "1",
+		"tmpl", "src", ext.String(), "dst", ipsecPublic.String(), "proto", "esp", "reqid", siteReqid, "mode", "tunnel")
+	s0 := g.counter(nft.CounterSpoofed)
+	sendUDP(g.t, ns, spoof, dst, 5)
+	var s1 int
+	_ = netns.Eventually(5*time.Second, func() error {
+		if s1 = g.counter(nft.CounterSpoofed); s1-s0 < 5 {
+			return fmt.Errorf("%d counted", s1-s0)
+		}
+		return nil
+	})
+	return s1 - s0
+}
+
 // startAgent runs `gateway-agent init` (ruleset, startup gate, forwarding) the first time, then
 // `gateway-agent run` in kernel mode (no --userspace-dataplane), and waits until it has loaded
 // the peers into charon and opened the gate.
@@ -386,8 +414,7 @@ func TestGuestKernelForcedEncapsulation(t *testing.T) {
 	g.in.Gateway.Spec.IPsec.ForceEncapsulation = true
 	g.in.Gateway.Spec.IPsec.MTU = 1300
 	g.publish()
-	g.charon = charontest.Start(t, g.node, "gw", charontest.Config{Plugins: imageKernelPlugins(t),
-		Extra: fmt.Sprintf("plugins {\n    kernel-netlink {\n      fwmark = %#x/%#x\n    }\n  }", nft.RouteMark, nft.RouteMark)})
+	g.startCharon()
 	g.startAgent(true)
 	g.connect(a)
 	states := g.node.MustRun("ip", "xfrm", "state")
@@ -417,8 +444,7 @@ func TestGuestKernelIPsecGateway(t *testing.T) {
 	g.publish()
 	t.Logf("model: peer a reqid %d, peer b reqid %d (0x%08x..0x%08x)", g.peer("a").IPsec.Reqid, g.peer("b").IPsec.Reqid, model.FirstReqid, model.LastReqid)
 
-	g.charon = charontest.Start(t, g.node, "gw", charontest.Config{Plugins: imageKernelPlugins(t),
-		Extra: fmt.Sprintf("plugins {\n    kernel-netlink {\n      fwmark = %#x/%#x\n    }\n  }", nft.RouteMark, nft.RouteMark)})
+	g.startCharon()
 	g.startAgent(true)
 	g.connect(a)
 	g.connect(b)

@@ -49,8 +49,7 @@ func TestGuestKernelLibreswanSite(t *testing.T) {
 				peer.Spec.IPsec.IKE = &vpnv1.PeerIKESettings{Version: 1, Proposals: []string{"aes256-sha256-modp2048"}}
 			}
 			g.publish()
-			g.charon = charontest.Start(t, g.node, "gw", charontest.Config{Plugins: imageKernelPlugins(t),
-				Extra: fmt.Sprintf("plugins {\n    kernel-netlink {\n      fwmark = %#x/%#x\n    }\n  }", nft.RouteMark, nft.RouteMark)})
+			g.startCharon()
 			g.startAgent(true)
 
 			conf := g.peerConfig(t, "ls", "libreswan", s.psk)
@@ -83,23 +82,11 @@ func TestGuestKernelLibreswanSite(t *testing.T) {
 			// From an address of the site's outside its networks, through the first network's
 			// SA (pluto's reqid for it, a policy of higher priority than pluto's).
 			spoof := netip.MustParseAddr("203.0.113.77")
-			s.ns.AddLoopback(spoof.String() + "/32")
-			siteReqid := plutoReqid(t, s.ns, s.perSubnet[0])
-			s.ns.MustRun("ip", "xfrm", "policy", "add", "src", spoof.String()+"/32", "dst", g.m.ServiceCIDR.String(), "dir", "out", "priority", "1",
-				"tmpl", "src", s.ext.String(), "dst", ipsecPublic.String(), "proto", "esp", "reqid", siteReqid, "mode", "tunnel")
-			s0 := g.counter(nft.CounterSpoofed)
-			sendUDP(t, s.ns, spoof, dns, 5)
-			var s1 int
-			_ = netns.Eventually(5*time.Second, func() error {
-				if s1 = g.counter(nft.CounterSpoofed); s1-s0 < 5 {
-					return fmt.Errorf("%d counted", s1-s0)
-				}
-				return nil
-			})
-			if s1-s0 < 5 {
-				t.Errorf("5 datagrams from %s (outside the peer's networks) through its SA: %s counted %d", spoof, nft.CounterSpoofed, s1-s0)
+			counted := g.spoofThrough(s.ns, s.ext, spoof, plutoReqid(t, s.ns, s.perSubnet[0]), dns)
+			if counted < 5 {
+				t.Errorf("5 datagrams from %s (outside the peer's networks) through its SA: %s counted %d", spoof, nft.CounterSpoofed, counted)
 			}
-			t.Logf("libreswan IKEv%d site: from %s through %s's SA: %s +%d", version, spoof, s.perSubnet[0], nft.CounterSpoofed, s1-s0)
+			t.Logf("libreswan IKEv%d site: from %s through %s's SA: %s +%d", version, spoof, s.perSubnet[0], nft.CounterSpoofed, counted)
 		})
 	}
 }

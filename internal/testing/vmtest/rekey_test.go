@@ -1,7 +1,6 @@
 package vmtest_test
 
 import (
-	"fmt"
 	"net/netip"
 	"regexp"
 	"testing"
@@ -9,7 +8,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/bnerd/bnerd-vpn-operator/internal/render/nft"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/charontest"
 	"github.com/bnerd/bnerd-vpn-operator/internal/testing/vmtest"
 )
@@ -26,8 +24,7 @@ func TestGuestKernelRekeyUnderTraffic(t *testing.T) {
 	g.in.Peers[0].Spec.IPsec.ESP.RekeyTime = &metav1.Duration{Duration: 10 * time.Second}
 	g.in.Gateway.Spec.IPsec.IKE.RekeyTime = &metav1.Duration{Duration: 15 * time.Second}
 	g.publish()
-	g.charon = charontest.Start(t, g.node, "gw", charontest.Config{Plugins: imageKernelPlugins(t),
-		Extra: fmt.Sprintf("plugins {\n    kernel-netlink {\n      fwmark = %#x/%#x\n    }\n  }", nft.RouteMark, nft.RouteMark)})
+	g.startCharon()
 	g.startAgent(true)
 	g.connect(a)
 	dns := netip.AddrPortFrom(g.vip("dns"), 53).String()
