@@ -90,7 +90,9 @@ func TestIKEv1AtAnyAddressGetsNoTunnel(t *testing.T) {
 // another liveness check than it asked for, and one inherited from an IKEv1 gateway does not
 // apply to it. (An IKEv2 gateway with a timeout is invalid: TestBuildErrors.)
 func TestDPDTimeoutIsIKEv1s(t *testing.T) {
-	timeout := func(d time.Duration) *vpnv1.DPDSettings { return &vpnv1.DPDSettings{Timeout: &metav1.Duration{Duration: d}} }
+	timeout := func(d time.Duration) *vpnv1.DPDSettings {
+		return &vpnv1.DPDSettings{Timeout: &metav1.Duration{Duration: d}}
+	}
 	for _, tc := range []struct {
 		name       string
 		gw         vpnv1.IKESettings
