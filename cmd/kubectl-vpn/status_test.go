@@ -216,7 +216,7 @@ func createLab(t *testing.T, ns string) {
 			vpnv1.VPNPeerStatus{ObservedGeneration: 1, Conditions: []metav1.Condition{
 				ok("Authorized", "Authorized", `granted exposures: "web"; reverse exposures: "printer"`),
 				ok("CredentialsReady", "SecretsPresent", "referenced Secrets exist"), ok("Connected", "Established", "tunnel Established")},
-				Tunnel: &vpnv1.TunnelStatus{EstablishedAt: at(2*time.Hour + 5*time.Minute), BytesIn: 9216, BytesOut: 3 << 20, PacketsIn: 90, PacketsOut: 3000}}},
+				Tunnel: &vpnv1.TunnelStatus{EstablishedAt: at(2*time.Hour + 5*time.Minute), BytesIn: 9216, BytesOut: 3 << 20, PacketsIn: 90, PacketsOut: 3000, Rekeys: 4}}},
 		{ipsecPeer("branch", "198.51.100.10", "203.0.113.32/28", &vpnv1.Authorization{Exposures: []string{"admin"}}),
 			vpnv1.VPNPeerStatus{ObservedGeneration: 1, Conditions: []metav1.Condition{
 				ok("Authorized", "Authorized", `granted exposures: "admin"; reverse exposures: none`),

@@ -116,6 +116,8 @@ type PeerReport struct {
 	BytesOut              int64        `json:"bytesOut"`
 	PacketsIn             int64        `json:"packetsIn"`
 	PacketsOut            int64        `json:"packetsOut"`
+	// Rekeys of the peer's SAs the gateway pod counted since it started (IPsec).
+	Rekeys int64 `json:"rekeys"`
 	// LastHandshake is WireGuard's; null for IPsec and before the first.
 	LastHandshake *metav1.Time `json:"lastHandshake"`
 	// Endpoint is where the peer's tunnel last came from (address:port, as the gateway saw it);
@@ -266,7 +268,7 @@ func GatewayReportOf(d *gateways.Gateway, now time.Time) GatewayReport {
 			}
 		}
 		if t := p.Status.Tunnel; t != nil {
-			pr.BytesIn, pr.BytesOut, pr.PacketsIn, pr.PacketsOut = t.BytesIn, t.BytesOut, t.PacketsIn, t.PacketsOut
+			pr.BytesIn, pr.BytesOut, pr.PacketsIn, pr.PacketsOut, pr.Rekeys = t.BytesIn, t.BytesOut, t.PacketsIn, t.PacketsOut, t.Rekeys
 			pr.LastHandshake, pr.Endpoint = t.LastHandshake, t.Endpoint
 			if t.EstablishedAt != nil && pr.Connected.Status == string(metav1.ConditionTrue) {
 				pr.EstablishedAt = t.EstablishedAt
