@@ -12,6 +12,14 @@ pairs=("$@")
 missing=false
 for ((i = 1; i < ${#pairs[@]}; i += 2)); do [ -x "${pairs[i]}" ] || missing=true; done
 if $missing; then
+  # one extraction at a time (make test's stages may ask at once)
+  mkdir -p "$(dirname "${pairs[1]}")"
+  exec 9>"$(dirname "${pairs[1]}")/.deb-binary-$pkg.lock"
+  flock 9
+  missing=false
+  for ((i = 1; i < ${#pairs[@]}; i += 2)); do [ -x "${pairs[i]}" ] || missing=true; done
+fi
+if $missing; then
   w=$(mktemp -d)
   trap 'rm -rf "$w"' EXIT
   (cd "$w" && apt-get download "$pkg" >/dev/null 2>&1) || {
