@@ -269,10 +269,16 @@ func (g *kernelGW) vip(exposure string) netip.Addr {
 
 // startCharon starts the gateway's charon as the image runs it in kernel mode: its plugins
 // without kernel-libipsec, its routes consulted only for the ruleset's marked flows.
-func (g *kernelGW) startCharon() {
+// imageRetransmits gives it charon's own retransmission timing (4 s, 1.8, 5 tries), as the
+// image has it, instead of charontest's quick one (a dead peer found in seconds).
+func (g *kernelGW) startCharon(imageRetransmits ...bool) {
 	g.t.Helper()
-	g.charon = charontest.Start(g.t, g.node, "gw", charontest.Config{Plugins: imageKernelPlugins(g.t),
-		Extra: fmt.Sprintf("plugins {\n    kernel-netlink {\n      fwmark = %#x/%#x\n    }\n  }", nft.RouteMark, nft.RouteMark)})
+	conf := charontest.Config{Plugins: imageKernelPlugins(g.t),
+		Extra: fmt.Sprintf("plugins {\n    kernel-netlink {\n      fwmark = %#x/%#x\n    }\n  }", nft.RouteMark, nft.RouteMark)}
+	if len(imageRetransmits) > 0 && imageRetransmits[0] {
+		conf.RetransmitTimeout, conf.RetransmitBase, conf.RetransmitTries = 4, 1.8, 5
+	}
+	g.charon = charontest.Start(g.t, g.node, "gw", conf)
 }
 
 // spoofThrough sends 5 datagrams from spoof (an address of the site's outside the peer's
